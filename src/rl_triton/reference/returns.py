@@ -1,0 +1,79 @@
+"""Lambda-returns, discounted returns and eligibility traces: plain PyTorch loops over time."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_triton.reference._loop import (
+    backward_recurrence,
+    compute_dtype,
+    flag,
+    forward_recurrence,
+    shift_previous,
+)
+
+
+def _return_carry(bootstrap: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """G[T]: the last bootstrap column, or zero."""
+    if bootstrap is None:
+        return torch.zeros_like(like[:, 0])
+    return bootstrap[:, -1]
+
+
+def compute_lambda_returns(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None = None,
+    gamma: float = 0.99,
+    lambda_: float = 0.95,
+    bootstrap_values: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """TD(lambda) targets G[t]; see ``rl_triton.ops.returns``."""
+    dtype = compute_dtype(rewards, next_values, bootstrap_values)
+    rewards = rewards.to(dtype)
+    next_values = next_values.to(dtype)
+    terminated = flag(terminateds, rewards)
+    truncated = flag(truncateds, rewards)
+    not_done = 1.0 - torch.maximum(terminated, truncated)
+    bootstrap = None if bootstrap_values is None else bootstrap_values.to(dtype)
+
+    inputs = rewards + gamma * (1.0 - lambda_) * not_done * next_values
+    if bootstrap is not None:
+        inputs = inputs + gamma * truncated * bootstrap
+    decays = gamma * lambda_ * not_done
+    return backward_recurrence(inputs, decays, _return_carry(bootstrap, rewards))
+
+
+def compute_discounted_returns(
+    rewards: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None = None,
+    gamma: float = 0.99,
+    bootstrap_values: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Reward-to-go G[t]; see ``rl_triton.ops.returns``."""
+    dtype = compute_dtype(rewards, bootstrap_values)
+    rewards = rewards.to(dtype)
+    terminated = flag(terminateds, rewards)
+    truncated = flag(truncateds, rewards)
+    not_done = 1.0 - torch.maximum(terminated, truncated)
+    bootstrap = None if bootstrap_values is None else bootstrap_values.to(dtype)
+
+    inputs = rewards if bootstrap is None else rewards + gamma * truncated * bootstrap
+    return backward_recurrence(inputs, gamma * not_done, _return_carry(bootstrap, rewards))
+
+
+def compute_eligibility_traces(
+    gradients: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    lambda_: float,
+    seed_values: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Accumulating traces z[t] = g[t] + gamma*lambda*(1 - done[t-1]) * z[t-1]; see ``rl_triton.ops.returns``."""
+    dtype = compute_dtype(gradients, seed_values)
+    gradients = gradients.to(dtype)
+    decays = gamma * lambda_ * (1.0 - shift_previous(flag(dones, gradients)))
+    seed = torch.zeros_like(gradients[:, 0]) if seed_values is None else seed_values.to(dtype)
+    return forward_recurrence(gradients, decays, seed)

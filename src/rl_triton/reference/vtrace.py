@@ -1,0 +1,54 @@
+"""V-trace targets and advantages: plain PyTorch loop over time, vectorised over rows."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_triton.reference._loop import (
+    backward_recurrence,
+    compute_dtype,
+    flag,
+    next_state_values,
+    shift_next,
+)
+
+
+def compute_vtrace(
+    log_pi_target: torch.Tensor,
+    log_pi_behavior: torch.Tensor,
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None = None,
+    gamma: float = 0.99,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    bootstrap_values: torch.Tensor | None = None,
+    last_value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace (vs[t], A[t]) for ``[num_envs, seq_len]`` inputs; see ``rl_triton.ops.vtrace``."""
+    dtype = compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
+    rewards = rewards.to(dtype)
+    values = values.to(dtype)
+    terminated = flag(terminateds, rewards)
+    truncated = flag(truncateds, rewards)
+    done = torch.maximum(terminated, truncated)
+    bootstrap = None if bootstrap_values is None else bootstrap_values.to(dtype)
+    last = None if last_value is None else last_value.to(dtype)
+
+    ratios = torch.exp(log_pi_target.to(dtype) - log_pi_behavior.to(dtype))
+    rho = torch.clamp(ratios, max=rho_bar)
+    c = torch.clamp(ratios, max=c_bar)
+
+    next_values = next_state_values(values, truncated, bootstrap, last)
+    deltas = rho * (rewards + gamma * next_values * (1.0 - terminated) - values)
+    decays = gamma * c * (1.0 - done)
+    targets = backward_recurrence(deltas, decays, torch.zeros_like(rewards[:, 0])) + values
+
+    next_targets = shift_next(targets) * (1.0 - truncated)
+    if bootstrap is not None:
+        next_targets = next_targets + bootstrap
+    elif last is not None:
+        next_targets[:, -1] = next_targets[:, -1] + last
+    advantages = rho * (rewards + gamma * next_targets * (1.0 - terminated) - values)
+    return targets, advantages
