@@ -1,0 +1,28 @@
+"""``python -m rl_triton``: the demonstration; ``python -m rl_triton bench``: the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rl_triton._bench import build_parser, run_bench
+from rl_triton._demo import run_demo
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rl_triton",
+        description="Without a command: call every estimator on a realistic rollout on the best device present, "
+        "time each call and check it against the float64 reference.",
+    )
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("demo", help="the demonstration (the default)")
+    build_parser(commands.add_parser("bench", help="speed against the memory roofline and the usual baselines"))
+    arguments = parser.parse_args(argv)
+    if arguments.command == "bench":
+        return run_bench(arguments)
+    return run_demo()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""GAE: prologue (TD errors and decays) and epilogue (advantages) around the backward scan."""
+
+import triton
+import triton.language as tl
+
+from rl_triton.kernels.scan import (
+    chunk_carry,
+    chunk_steps,
+    claim_work,
+    column,
+    load_flag,
+    load_tile,
+    scan_backward,
+    store_tile,
+    tile_rows,
+)
+
+# how bootstrap values arrive: none, one per row (last_value), or a full [rows, T] tensor
+BOOTSTRAP_NONE = 0
+BOOTSTRAP_LAST = 1
+BOOTSTRAP_FULL = 2
+
+
+@triton.jit
+def next_state_value(
+    values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time, last_value,
+    rows, steps, mask, row_ok, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t], values[T] := 0."""
+    next_ok = row_ok[:, None] & (steps + 1 < seq_len)[None, :]
+    value_next = load_tile(values_ptr, rows, s_values_row, steps + 1, s_values_time, next_ok, 0.0, DTYPE)
+    if HAS_TRUNCATED:
+        value_next = value_next * (1.0 - truncated)
+    if BOOTSTRAP == 2:
+        value_next += load_tile(bootstrap_ptr, rows, s_boot_row, steps, s_boot_time, mask, 0.0, DTYPE)
+    if BOOTSTRAP == 1:
+        is_last = (steps == seq_len - 1)[None, :]
+        value_next += tl.where(is_last, last_value[:, None], tl.zeros_like(value_next))
+    return value_next
+
+
+@triton.jit
+def gae_kernel(
+    rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, advantages_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    num_rows, seq_len, num_chunks, num_row_tiles,
+    s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
+    s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time,
+    gamma: tl.float64, lambda_: tl.float64,
+    HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+):
+    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    time_in_chunk = tl.arange(0, BLOCK_TIME)
+    discount = tl.cast(gamma, DTYPE)
+    trace_decay = tl.cast(gamma * lambda_, DTYPE)
+    last_value = tl.zeros([BLOCK_ROWS], DTYPE)
+    if BOOTSTRAP == 1:
+        last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
+    carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    for i in range(my_chunks):
+        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME)
+        mask = row_ok[:, None] & (steps < seq_len)[None, :]
+        reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
+        value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
+        terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+        truncated = tl.zeros_like(terminated)
+        if HAS_TRUNCATED:
+            truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        value_next = next_state_value(
+            values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
+            last_value, rows, steps, mask, row_ok, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
+        )
+        delta = reward + discount * (1.0 - terminated) * value_next - value
+        decay = trace_decay * (1.0 - tl.maximum(terminated, truncated))
+        # steps past the end of the sequence are identity steps (0, 1) of the recurrence
+        scan_a, scan_b = scan_backward(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0))
+        if SPLIT:
+            carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
+                                column(scan_a, time_in_chunk, 0), column(scan_b, time_in_chunk, 0), carry,
+                                BLOCK_ROWS, WINDOW)
+        advantage = scan_a + scan_b * carry[:, None]
+        store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
+        carry = column(advantage, time_in_chunk, 0)

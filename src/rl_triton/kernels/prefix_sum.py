@@ -1,0 +1,57 @@
+"""Episodic forward scan: prefix sums that reset at boundaries, and eligibility traces.
+
+x[t] = inputs[t] + decay * (1 - flag) * x[t-1], where ``flag`` is done[t-1] (boundary
+"ends_at", done[-1] := 0) or done[t] ("starts_at"); prefix sums use decay 1, eligibility
+traces gamma * lambda with "ends_at".
+"""
+
+import triton
+import triton.language as tl
+
+from rl_triton.kernels.scan import (
+    chunk_carry,
+    chunk_steps,
+    claim_work,
+    column,
+    load_flag,
+    load_tile,
+    scan_forward,
+    store_tile,
+    tile_rows,
+)
+
+
+@triton.jit
+def episodic_scan_kernel(
+    inputs_ptr, dones_ptr, seed_ptr, out_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    num_rows, seq_len, num_chunks, num_row_tiles,
+    s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_seed_row, s_out_row, s_out_time,
+    decay: tl.float64,
+    HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+):
+    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    time_in_chunk = tl.arange(0, BLOCK_TIME)
+    step_decay = tl.cast(decay, DTYPE)
+    carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    if HAS_SEED:
+        carry = tl.load(seed_ptr + rows * s_seed_row, mask=row_ok, other=0.0).to(DTYPE)
+    for i in range(my_chunks):
+        steps = chunk_steps(order + i, BLOCK_TIME)
+        mask = row_ok[:, None] & (steps < seq_len)[None, :]
+        inputs = load_tile(inputs_ptr, rows, s_inputs_row, steps, s_inputs_time, mask, 0.0, DTYPE)
+        if RESET_AFTER_FLAG:
+            flag_mask = row_ok[:, None] & ((steps >= 1) & (steps <= seq_len))[None, :]
+            reset = load_flag(dones_ptr, rows, s_dones_row, steps - 1, s_dones_time, flag_mask, DTYPE)
+        else:
+            reset = load_flag(dones_ptr, rows, s_dones_row, steps, s_dones_time, mask, DTYPE)
+        scan_a, scan_b = scan_forward(tl.where(mask, inputs, 0.0), tl.where(mask, step_decay * (1.0 - reset), 1.0))
+        if SPLIT:
+            carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
+                                column(scan_a, time_in_chunk, BLOCK_TIME - 1),
+                                column(scan_b, time_in_chunk, BLOCK_TIME - 1), carry, BLOCK_ROWS, WINDOW)
+        out = scan_a + scan_b * carry[:, None]
+        store_tile(out_ptr, rows, s_out_row, steps, s_out_time, out, mask)
+        carry = column(out, time_in_chunk, BLOCK_TIME - 1)

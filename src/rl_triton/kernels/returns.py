@@ -1,0 +1,68 @@
+"""Lambda-returns and discounted returns (one kernel: discounted returns are lambda = 1).
+
+Eligibility traces are the episodic forward scan of ``kernels/prefix_sum.py`` with decay
+gamma * lambda.
+"""
+
+import triton
+import triton.language as tl
+
+from rl_triton.kernels.scan import (
+    chunk_carry,
+    chunk_steps,
+    claim_work,
+    column,
+    load_flag,
+    load_tile,
+    scan_backward,
+    store_tile,
+    tile_rows,
+)
+
+
+@triton.jit
+def returns_kernel(
+    rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, returns_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    num_rows, seq_len, num_chunks, num_row_tiles,
+    s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
+    s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time,
+    gamma: tl.float64, lambda_: tl.float64,
+    HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
+    DTYPE: tl.constexpr,
+):
+    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    time_in_chunk = tl.arange(0, BLOCK_TIME)
+    discount = tl.cast(gamma, DTYPE)
+    value_weight = tl.cast(gamma * (1.0 - lambda_), DTYPE)
+    trace_decay = tl.cast(gamma * lambda_, DTYPE)
+    # G[T] = bootstrap_values[:, T-1]
+    carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    if HAS_BOOTSTRAP:
+        last = rows * s_boot_row + (seq_len - 1).to(tl.int64) * s_boot_time
+        carry = tl.load(bootstrap_ptr + last, mask=row_ok, other=0.0).to(DTYPE)
+    for i in range(my_chunks):
+        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME)
+        mask = row_ok[:, None] & (steps < seq_len)[None, :]
+        inputs = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
+        terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+        truncated = tl.zeros_like(terminated)
+        if HAS_TRUNCATED:
+            truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        not_done = 1.0 - tl.maximum(terminated, truncated)
+        if HAS_NEXT_VALUES:
+            next_value = load_tile(next_values_ptr, rows, s_next_row, steps, s_next_time, mask, 0.0, DTYPE)
+            inputs += value_weight * not_done * next_value
+        if HAS_TRUNCATED and HAS_BOOTSTRAP:
+            bootstrap = load_tile(bootstrap_ptr, rows, s_boot_row, steps, s_boot_time, mask, 0.0, DTYPE)
+            inputs += discount * truncated * bootstrap
+        scan_a, scan_b = scan_backward(tl.where(mask, inputs, 0.0), tl.where(mask, trace_decay * not_done, 1.0))
+        if SPLIT:
+            carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
+                                column(scan_a, time_in_chunk, 0), column(scan_b, time_in_chunk, 0), carry,
+                                BLOCK_ROWS, WINDOW)
+        returns = scan_a + scan_b * carry[:, None]
+        store_tile(returns_ptr, rows, s_out_row, steps, s_out_time, returns, mask)
+        carry = column(returns, time_in_chunk, 0)

@@ -1,0 +1,77 @@
+"""V-trace: prologue (clipped ratios, TD errors, decays) and epilogue (targets, advantages)."""
+
+import triton
+import triton.language as tl
+
+from rl_triton.kernels.gae import next_state_value
+from rl_triton.kernels.scan import (
+    chunk_carry,
+    chunk_steps,
+    claim_work,
+    column,
+    load_flag,
+    load_tile,
+    scan_backward_with_next,
+    store_tile,
+    tile_rows,
+)
+
+
+@triton.jit
+def vtrace_kernel(
+    log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
+    targets_ptr, advantages_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    num_rows, seq_len, num_chunks, num_row_tiles,
+    s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
+    s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+    s_boot_row, s_boot_time, s_out_row, s_out_time,
+    gamma: tl.float64, rho_bar: tl.float64, c_bar: tl.float64,
+    HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+):
+    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    time_in_chunk = tl.arange(0, BLOCK_TIME)
+    discount = tl.cast(gamma, DTYPE)
+    rho_clip = tl.cast(rho_bar, DTYPE)
+    c_clip = tl.cast(c_bar, DTYPE)
+    last_value = tl.zeros([BLOCK_ROWS], DTYPE)
+    if BOOTSTRAP == 1:
+        last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
+    carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    for i in range(my_chunks):
+        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME)
+        mask = row_ok[:, None] & (steps < seq_len)[None, :]
+        log_target = load_tile(log_target_ptr, rows, s_target_row, steps, s_target_time, mask, 0.0, DTYPE)
+        log_behavior = load_tile(log_behavior_ptr, rows, s_behavior_row, steps, s_behavior_time, mask, 0.0, DTYPE)
+        reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
+        value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
+        terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+        truncated = tl.zeros_like(terminated)
+        if HAS_TRUNCATED:
+            truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        value_next = next_state_value(
+            values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
+            last_value, rows, steps, mask, row_ok, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
+        )
+        ratio = tl.exp(log_target - log_behavior)
+        rho = tl.minimum(ratio, rho_clip, propagate_nan=tl.PropagateNan.ALL)
+        trace = tl.minimum(ratio, c_clip, propagate_nan=tl.PropagateNan.ALL)
+        not_done = 1.0 - tl.maximum(terminated, truncated)
+        delta = rho * (reward + discount * value_next * (1.0 - terminated) - value)
+        decay = discount * trace * not_done
+        scan_a, scan_b, next_a, next_b = scan_backward_with_next(tl.where(mask, delta, 0.0),
+                                                                 tl.where(mask, decay, 1.0))
+        if SPLIT:
+            carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
+                                column(scan_a, time_in_chunk, 0), column(scan_b, time_in_chunk, 0), carry,
+                                BLOCK_ROWS, WINDOW)
+        correction = scan_a + scan_b * carry[:, None]
+        correction_next = next_a + next_b * carry[:, None]
+        # vs[t+1] - v_next[t] = correction[t+1] wherever vs[t+1] is used (not done), and the
+        # last column uses bootstrap values for both, so A[t] = delta[t] + rho*gamma*(1-done)*correction[t+1]
+        advantage = delta + rho * discount * not_done * correction_next
+        store_tile(targets_ptr, rows, s_out_row, steps, s_out_time, correction + value, mask)
+        store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
+        carry = column(correction, time_in_chunk, 0)

@@ -1,0 +1,90 @@
+"""Generalized Advantage Estimation."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_triton import _checks, reference
+from rl_triton._layout import RowLayout
+from rl_triton.ops._common import kernels, optional_matching, per_row_or_none, rows_or_none, run_on_triton
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None = None,
+    gamma: float = 0.99,
+    lambda_: float = 0.95,
+    bootstrap_values: torch.Tensor | None = None,
+    last_value: torch.Tensor | None = None,
+    *,
+    time_dim: int = -1,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Generalized Advantage Estimation (Schulman et al. 2016, https://arxiv.org/abs/1506.02438).
+
+    Backward recurrence, solved by a chunked associative scan::
+
+        A[t]      = delta[t] + gamma * lambda * (1 - done[t]) * A[t+1],    A[T] = 0
+        delta[t]  = r[t] + gamma * (1 - terminated[t]) * v_next[t] - V(s_t)
+        v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t],   values[T] := 0
+        done[t]   = terminated[t] or truncated[t]
+
+    lambda = 0 gives one-step TD errors; lambda = 1 gives Monte Carlo returns minus V(s_t).
+    ``last_value`` is shorthand for ``bootstrap_values`` that is zero except its last column.
+    Boundary rules in full: docs/conventions.md.
+
+    Args:
+        rewards: r[t], reward of the transition from s_t, ``[num_envs, seq_len]``.
+        values: V(s_t), same shape.
+        terminateds: 1 (any non-zero) where the episode terminated at step t; bool, uint8 or float.
+        truncateds: 1 where the episode was cut by a time limit at step t. None: no truncations.
+        gamma: discount factor in [0, 1].
+        lambda_: GAE trace parameter in [0, 1].
+        bootstrap_values: V(s_{t+1}) of the true next state at truncated steps and, if the window
+            ends mid-episode, at t = T-1; zero elsewhere. Exclusive with ``last_value``.
+        last_value: V(s_T) per environment, shape ``[num_envs]``; only without ``truncateds``.
+        time_dim: the time dimension (default last; 0 for time-major ``[seq_len, num_envs]``).
+            Other dimensions are batch dimensions.
+        out_dtype: dtype of the result (default: ``rewards.dtype``).
+
+    Returns:
+        advantages A[t], the shape and dimension order of ``rewards``.
+    """
+    rewards = _checks.tensor("rewards", rewards, _checks.FLOAT_DTYPES)
+    layout = RowLayout(rewards.shape, time_dim, "rewards")
+    values = _checks.matching("values", values, _checks.FLOAT_DTYPES, rewards, "rewards")
+    terminateds = _checks.matching("terminateds", terminateds, _checks.FLAG_DTYPES, rewards, "rewards")
+    truncateds = optional_matching("truncateds", truncateds, _checks.FLAG_DTYPES, rewards, "rewards")
+    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0)
+    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0)
+    _checks.exclusive(
+        "last_value", last_value, "bootstrap_values", bootstrap_values,
+        "last_value [num_envs] fills only the last column of bootstrap_values [num_envs, seq_len]",
+    )
+    if last_value is not None and truncateds is not None:
+        raise _checks.InputError(
+            "last_value cannot be combined with truncateds: truncated steps need their own bootstrap "
+            "values, so pass bootstrap_values (docs/conventions.md)"
+        )
+    bootstrap_values = optional_matching("bootstrap_values", bootstrap_values, _checks.FLOAT_DTYPES, rewards, "rewards")
+    if last_value is not None:
+        last_value = layout.check_per_row("last_value", last_value, rewards)
+    result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
+    if _checks.correctness_checks_enabled():
+        _checks.check_flags_exclusive(terminateds, truncateds)
+        _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
+
+    advantages, advantages_rows = layout.new_output(result_dtype, rewards.device)
+    if layout.empty_problem:
+        return advantages
+    args = (
+        layout.rows(rewards), layout.rows(values), layout.rows(terminateds), rows_or_none(layout, truncateds),
+        gamma, lambda_, rows_or_none(layout, bootstrap_values), per_row_or_none(layout, last_value),
+    )
+    if run_on_triton(rewards.device):
+        kernels().gae(advantages_rows, *args)
+    else:
+        advantages_rows.copy_(reference.compute_gae(*args))
+    return advantages

@@ -1,0 +1,113 @@
+"""Retrace(lambda) off-policy Q-value targets and advantages."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_triton import _checks, reference
+from rl_triton._layout import RowLayout
+from rl_triton.ops._common import kernels, run_on_triton
+
+
+def compute_retrace(
+    action_probs_target: torch.Tensor,
+    action_probs_behavior: torch.Tensor,
+    q_values: torch.Tensor,
+    next_q_values_all: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor,
+    gamma: float,
+    lambda_: float = 1.0,
+    c_bar: float = 1.0,
+    rho_bar: float = 1.0,
+    *,
+    time_dim: int = -1,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Retrace(lambda) Q targets and advantages (Munos et al. 2016, https://arxiv.org/abs/1606.02647).
+
+    Discrete actions. Backward recurrence, solved by a chunked associative scan::
+
+        D[t]     = delta[t] + gamma * c[t+1] * (1 - done[t]) * D[t+1],    D[T] = 0,  c[T] := 0
+        delta[t] = r[t] + gamma * E[t] * (1 - terminated[t]) - Q(s_t, a_t)
+        E[t]     = sum_a action_probs_target[t, a] * next_q_values_all[t, a]
+        c[t]     = lambda * min(c_bar, pi(a_t|s_t) / mu(a_t|s_t)),   rho[t] = min(rho_bar, pi/mu)
+        Q_ret[t] = Q(s_t, a_t) + D[t]                                           (targets)
+        A[t]     = rho[t] * (r[t] + gamma * Q_ret[t+1] * (1 - terminated[t]) - Q(s_t, a_t)),  Q_ret[T] := 0
+
+    ``pi(a_t|s_t)`` is ``action_probs_target[t, actions[t]]``. As specified, ``Q_ret[t+1]`` enters
+    A[t] also at truncated steps, and A[T-1] = rho * (r - Q); see docs/conventions.md.
+    An action index outside ``[0, num_actions)`` makes that step's ratio NaN (and raises under
+    ``RL_TRITON_CORRECTNESS_WARNINGS=1``).
+
+    Args:
+        action_probs_target: pi(. | s) for every action, ``[num_envs, seq_len, num_actions]``.
+        action_probs_behavior: mu(a_t | s_t) of the taken action, ``[num_envs, seq_len]``.
+        q_values: Q(s_t, a_t) of the taken action, ``[num_envs, seq_len]``.
+        next_q_values_all: Q(s_{t+1}, a) for every action, ``[num_envs, seq_len, num_actions]``.
+        actions: index of the taken action a_t, ``[num_envs, seq_len]``, int32 or int64.
+        rewards: r[t], ``[num_envs, seq_len]``.
+        terminateds: 1 (any non-zero) where the episode terminated at step t; zeroes the bootstrap.
+        truncateds: 1 where a time limit cut the episode at step t; keeps the bootstrap, cuts the trace.
+        gamma: discount factor in [0, 1].
+        lambda_: trace parameter in [0, 1].
+        c_bar: clip of the ratio in the traces (>= 0, may be inf).
+        rho_bar: clip of the ratio in the advantages (>= 0, may be inf).
+        time_dim: the time dimension of the ``[num_envs, seq_len]`` tensors (default last); the
+            per-action tensors have their action dimension last.
+        out_dtype: dtype of the results (default: ``rewards.dtype``).
+
+    Returns:
+        ``(retrace_targets, advantages)``, each with the shape and dimension order of ``rewards``.
+    """
+    rewards = _checks.tensor("rewards", rewards, _checks.FLOAT_DTYPES)
+    layout = RowLayout(rewards.shape, time_dim, "rewards")
+    action_probs_target = _checks.tensor("action_probs_target", action_probs_target, _checks.FLOAT_DTYPES)
+    if action_probs_target.dim() != rewards.dim() + 1 or action_probs_target.shape[-1] == 0:
+        raise _checks.InputError(
+            f"action_probs_target: expected shape {(*rewards.shape, 'num_actions')} with num_actions >= 1 "
+            f"(the shape of rewards plus a last action dimension), got {tuple(action_probs_target.shape)}"
+        )
+    per_action_shape = torch.Size((*rewards.shape, action_probs_target.shape[-1]))
+    action_probs_target = _checks.matching(
+        "action_probs_target", action_probs_target, _checks.FLOAT_DTYPES, rewards, "rewards", per_action_shape
+    )
+    next_q_values_all = _checks.matching(
+        "next_q_values_all", next_q_values_all, _checks.FLOAT_DTYPES, rewards, "rewards and action_probs_target",
+        per_action_shape,
+    )
+    action_probs_behavior = _checks.matching(
+        "action_probs_behavior", action_probs_behavior, _checks.FLOAT_DTYPES, rewards, "rewards"
+    )
+    q_values = _checks.matching("q_values", q_values, _checks.FLOAT_DTYPES, rewards, "rewards")
+    actions = _checks.matching("actions", actions, _checks.INDEX_DTYPES, rewards, "rewards")
+    terminateds = _checks.matching("terminateds", terminateds, _checks.FLAG_DTYPES, rewards, "rewards")
+    truncateds = _checks.matching("truncateds", truncateds, _checks.FLAG_DTYPES, rewards, "rewards")
+    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0)
+    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0)
+    c_bar = _checks.scalar("c_bar", c_bar, 0.0, include_inf=True)
+    rho_bar = _checks.scalar("rho_bar", rho_bar, 0.0, include_inf=True)
+    result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
+    if _checks.correctness_checks_enabled():
+        _checks.check_flags_exclusive(terminateds, truncateds)
+        _checks.check_action_indices(actions, action_probs_target.shape[-1])
+        _checks.check_positive("action_probs_behavior", action_probs_behavior)
+
+    targets, targets_rows = layout.new_output(result_dtype, rewards.device)
+    advantages, advantages_rows = layout.new_output(result_dtype, rewards.device)
+    if layout.empty_problem:
+        return targets, advantages
+    args = (
+        layout.rows_with_actions(action_probs_target), layout.rows(action_probs_behavior), layout.rows(q_values),
+        layout.rows_with_actions(next_q_values_all), layout.rows(actions), layout.rows(rewards),
+        layout.rows(terminateds), layout.rows(truncateds), gamma, lambda_, c_bar, rho_bar,
+    )
+    if run_on_triton(rewards.device):
+        kernels().retrace(targets_rows, advantages_rows, *args)
+    else:
+        reference_targets, reference_advantages = reference.compute_retrace(*args)
+        targets_rows.copy_(reference_targets)
+        advantages_rows.copy_(reference_advantages)
+    return targets, advantages
