@@ -285,7 +285,7 @@ class Timer:
             samples.append((time.perf_counter() - began) / calls)
         return statistics.median(samples)
 
-    def device(self, implementation: Implementation, input_sets: Sequence[Inputs], estimate: float) -> float:
+    def graph_replay(self, implementation: Implementation, input_sets: Sequence[Inputs], estimate: float) -> float:
         """Kernel time per call from replaying one CUDA graph that holds one call per input set."""
         if not self.on_gpu:
             return math.nan
@@ -474,7 +474,9 @@ def released_memory(device: torch.device) -> Iterator[None]:
             torch.cuda.empty_cache()
 
 
-def fill_speed(row: Row, timer: Timer, implementation: Implementation, input_sets: Sequence[Inputs], ceiling: float) -> None:
+def fill_speed(
+    row: Row, timer: Timer, implementation: Implementation, input_sets: Sequence[Inputs], ceiling: float
+) -> None:
     # the first full-call samples also compile (Triton, torch.compile); time only after one warm-up call
     implementation.call(input_sets[0])
     timer.synchronize()
@@ -482,7 +484,7 @@ def fill_speed(row: Row, timer: Timer, implementation: Implementation, input_set
     row.full_call_us = full_call * 1e6
     row.pipelined_us = timer.pipelined(implementation.call, input_sets, full_call) * 1e6
     try:
-        row.device_us = timer.device(implementation, input_sets, full_call) * 1e6
+        row.device_us = timer.graph_replay(implementation, input_sets, full_call) * 1e6
     except Exception as error:  # noqa: BLE001 - a capture failure is a finding to report, not a crash
         row.note = _join(row.note, f"graph capture failed: {type(error).__name__}: {error}"[:160])
         timer.synchronize()
@@ -536,7 +538,9 @@ def benchmark_estimator(
         estimator.make_inputs(num_envs, seq_len, device, generator, flag_dtype) for _ in range(set_count - 1)
     ]
     for implementation in implementations:
-        row = Row(estimator.name, implementation.name, num_envs, seq_len, num_actions, math.inf, oracle.description, False)
+        row = Row(
+            estimator.name, implementation.name, num_envs, seq_len, num_actions, math.inf, oracle.description, False
+        )
         row.min_bytes, row.input_sets = bytes_per_call, set_count
         rows.append(row)
         try:
@@ -688,7 +692,9 @@ def plot_roofline(path: Path, meta: dict[str, Any], rows: Sequence[Row]) -> Path
             label=estimator,
             color=colors(index % 10),
         )
-    yardstick = {f"{row.num_envs}x{row.seq_len}": row.pct_copy_ceiling for row in measured if row.estimator == "torch.add"}
+    yardstick = {
+        f"{row.num_envs}x{row.seq_len}": row.pct_copy_ceiling for row in measured if row.estimator == "torch.add"
+    }
     if yardstick:
         axes.scatter(
             [shapes.index(shape) for shape in yardstick],
@@ -815,11 +821,14 @@ def run_bench(arguments: argparse.Namespace) -> int:
     }
     print()
     print(results_table(rows))
-    print(
-        "\ncall: one synchronised Python call (CUDA events); pipelined: back-to-back calls / count; "
-        "device: CUDA-graph replay per call;\nMB: minimal bytes (inputs read once + outputs written once); "
-        "GB/s and % copy from device time."
-    )
+    if on_gpu:
+        print(
+            "\ncall: one synchronised Python call (CUDA events); pipelined: back-to-back calls / count; "
+            "device: CUDA-graph replay per call;\nMB: minimal bytes (inputs read once + outputs written once); "
+            "GB/s and % copy from device time."
+        )
+    else:
+        print("\ncall: one Python call (wall clock); pipelined: back-to-back calls / count; rel.err vs float64.")
     for path in write_results(arguments.out, meta, rows):
         print(f"wrote {path}")
     failed = [row for row in rows if not row.passed]

@@ -61,9 +61,7 @@ def _episode_flags(
     return terminated, truncated
 
 
-def _bootstrap_values(
-    terminated: torch.Tensor, truncated: torch.Tensor, generator: torch.Generator
-) -> torch.Tensor:
+def _bootstrap_values(terminated: torch.Tensor, truncated: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """V(s_{t+1}^true) at truncated steps and in the last column (unless the episode terminated there)."""
     values = torch.randn(terminated.shape, device=terminated.device, generator=generator)
     placed = truncated.clone()
@@ -410,7 +408,14 @@ def run_demo(device: torch.device | None = None, seed: int = 0) -> int:
         failures += verdict != "ok"
         primary = outputs_of(result)[0]
         rows.append(
-            (name, shape_label(inputs, primary), f"{device.type}/{path}", format_duration(seconds), f"{error:.2e}", verdict)
+            (
+                name,
+                shape_label(inputs, primary),
+                f"{device.type}/{path}",
+                format_duration(seconds),
+                f"{error:.2e}",
+                verdict,
+            )
         )
     print(format_table(header, rows, right_aligned_from=3))
     print(
@@ -418,8 +423,10 @@ def run_demo(device: torch.device | None = None, seed: int = 0) -> int:
         + (" (CUDA events, includes launch cost)" if device.type == "cuda" else "")
         + "; rel. error: ||out - ref|| / ||ref|| against rl_triton.reference in float64."
     )
-    if device.type != "cuda":
+    if path == "reference":
         print("No GPU found: CPU tensors run the PyTorch reference path. `python -m rl_triton bench` measures speed.")
+    elif path == "triton-interpreter":
+        print("TRITON_INTERPRET=1: the Triton kernels run on the CPU through Triton's interpreter (slow, exact).")
     if failures:
         print(f"{failures} estimator(s) disagree with the float64 reference beyond {FLOAT32_TOLERANCE:g}.")
         return 1

@@ -40,6 +40,8 @@ class TilePlan:
     num_chunks: int
     split: bool
     num_warps: int
+    num_stages: int
+    window: int
 
     @property
     def grid(self) -> tuple[int]:
@@ -52,6 +54,8 @@ class _Override:
     block_time: int | None = None
     split: bool | None = None
     num_warps: int | None = None
+    num_stages: int | None = None
+    window: int | None = None
 
 
 _override = _Override()
@@ -63,6 +67,8 @@ def tile_override(
     block_time: int | None = None,
     split: bool | None = None,
     num_warps: int | None = None,
+    num_stages: int | None = None,
+    window: int | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -70,7 +76,7 @@ def tile_override(
     """
     global _override
     previous = _override
-    _override = _Override(block_rows, block_time, split, num_warps)
+    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window)
     try:
         yield
     finally:
@@ -99,7 +105,9 @@ def plan_tiles(num_rows: int, seq_len: int, time_major: bool, device: torch.devi
     if _override.split is not None:
         split = _override.split and num_chunks > 1
     num_warps = _override.num_warps or (8 if block_rows * block_time >= 4096 else 4)
-    return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps)
+    num_stages = _override.num_stages or 3
+    window = _override.window or _LOOKBACK_WINDOW
+    return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window)
 
 
 def _is_time_major(x: torch.Tensor) -> bool:
@@ -147,9 +155,10 @@ def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:
         "SPLIT": plan.split,
         "BLOCK_ROWS": plan.block_rows,
         "BLOCK_TIME": plan.block_time,
-        "WINDOW": _LOOKBACK_WINDOW,
+        "WINDOW": plan.window,
         "DTYPE": _triton_dtype(dtype),
         "num_warps": plan.num_warps,
+        "num_stages": plan.num_stages,
     }
 
 

@@ -7,10 +7,10 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
     claim_work,
-    column,
+    last_column,
     load_flag,
     load_tile,
-    scan_backward,
+    scan,
     store_tile,
     tile_rows,
 )
@@ -52,7 +52,6 @@ def gae_kernel(
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    time_in_chunk = tl.arange(0, BLOCK_TIME)
     discount = tl.cast(gamma, DTYPE)
     trace_decay = tl.cast(gamma * lambda_, DTYPE)
     last_value = tl.zeros([BLOCK_ROWS], DTYPE)
@@ -60,7 +59,7 @@ def gae_kernel(
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME)
+        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
         mask = row_ok[:, None] & (steps < seq_len)[None, :]
         reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
         value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
@@ -75,11 +74,11 @@ def gae_kernel(
         delta = reward + discount * (1.0 - terminated) * value_next - value
         decay = trace_decay * (1.0 - tl.maximum(terminated, truncated))
         # steps past the end of the sequence are identity steps (0, 1) of the recurrence
-        scan_a, scan_b = scan_backward(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0))
+        scan_a, scan_b = scan(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0))
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
-                                column(scan_a, time_in_chunk, 0), column(scan_b, time_in_chunk, 0), carry,
+                                last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
                                 BLOCK_ROWS, WINDOW)
         advantage = scan_a + scan_b * carry[:, None]
         store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
-        carry = column(advantage, time_in_chunk, 0)
+        carry = last_column(advantage, BLOCK_TIME)

@@ -12,10 +12,10 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
     claim_work,
-    column,
+    last_column,
     load_flag,
     load_tile,
-    scan_forward,
+    scan,
     store_tile,
     tile_rows,
 )
@@ -33,13 +33,12 @@ def episodic_scan_kernel(
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    time_in_chunk = tl.arange(0, BLOCK_TIME)
     step_decay = tl.cast(decay, DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_SEED:
         carry = tl.load(seed_ptr + rows * s_seed_row, mask=row_ok, other=0.0).to(DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(order + i, BLOCK_TIME)
+        steps = chunk_steps(order + i, BLOCK_TIME, False)
         mask = row_ok[:, None] & (steps < seq_len)[None, :]
         inputs = load_tile(inputs_ptr, rows, s_inputs_row, steps, s_inputs_time, mask, 0.0, DTYPE)
         if RESET_AFTER_FLAG:
@@ -47,11 +46,11 @@ def episodic_scan_kernel(
             reset = load_flag(dones_ptr, rows, s_dones_row, steps - 1, s_dones_time, flag_mask, DTYPE)
         else:
             reset = load_flag(dones_ptr, rows, s_dones_row, steps, s_dones_time, mask, DTYPE)
-        scan_a, scan_b = scan_forward(tl.where(mask, inputs, 0.0), tl.where(mask, step_decay * (1.0 - reset), 1.0))
+        scan_a, scan_b = scan(tl.where(mask, inputs, 0.0), tl.where(mask, step_decay * (1.0 - reset), 1.0))
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
-                                column(scan_a, time_in_chunk, BLOCK_TIME - 1),
-                                column(scan_b, time_in_chunk, BLOCK_TIME - 1), carry, BLOCK_ROWS, WINDOW)
+                                last_column(scan_a, BLOCK_TIME),
+                                last_column(scan_b, BLOCK_TIME), carry, BLOCK_ROWS, WINDOW)
         out = scan_a + scan_b * carry[:, None]
         store_tile(out_ptr, rows, s_out_row, steps, s_out_time, out, mask)
-        carry = column(out, time_in_chunk, BLOCK_TIME - 1)
+        carry = last_column(out, BLOCK_TIME)

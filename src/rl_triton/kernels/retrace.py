@@ -7,10 +7,10 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
     claim_work,
-    column,
+    last_column,
     load_flag,
     load_tile,
-    scan_backward_with_next,
+    scan_with_previous,
     store_tile,
     tile_rows,
 )
@@ -41,7 +41,6 @@ def retrace_kernel(
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    time_in_chunk = tl.arange(0, BLOCK_TIME)
     action_lanes = tl.arange(0, BLOCK_ACTIONS)
     discount = tl.cast(gamma, DTYPE)
     trace_scale = tl.cast(lambda_, DTYPE)
@@ -49,7 +48,7 @@ def retrace_kernel(
     rho_clip = tl.cast(rho_bar, DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME)
+        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
         mask = row_ok[:, None] & (steps < seq_len)[None, :]
         next_ok = row_ok[:, None] & (steps + 1 < seq_len)[None, :]
         reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
@@ -87,11 +86,11 @@ def retrace_kernel(
         not_done = 1.0 - tl.maximum(terminated, truncated)
         delta = reward + discount * expected_next_q * (1.0 - terminated) - q_value
         decay = discount * trace_next * not_done
-        scan_a, scan_b, next_a, next_b = scan_backward_with_next(tl.where(mask, delta, 0.0),
+        scan_a, scan_b, next_a, next_b = scan_with_previous(tl.where(mask, delta, 0.0),
                                                                  tl.where(mask, decay, 1.0))
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
-                                column(scan_a, time_in_chunk, 0), column(scan_b, time_in_chunk, 0), carry,
+                                last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
                                 BLOCK_ROWS, WINDOW)
         correction = scan_a + scan_b * carry[:, None]
         target_next = q_next + next_a + next_b * carry[:, None]  # Q_ret[t+1]; Q_ret[T] := 0
@@ -99,4 +98,4 @@ def retrace_kernel(
         advantage = rho * (reward + discount * target_next * (1.0 - terminated) - q_value)
         store_tile(targets_ptr, rows, s_out_row, steps, s_out_time, correction + q_value, mask)
         store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
-        carry = column(correction, time_in_chunk, 0)
+        carry = last_column(correction, BLOCK_TIME)

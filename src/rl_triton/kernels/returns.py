@@ -11,10 +11,10 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
     claim_work,
-    column,
+    last_column,
     load_flag,
     load_tile,
-    scan_backward,
+    scan,
     store_tile,
     tile_rows,
 )
@@ -34,7 +34,6 @@ def returns_kernel(
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    time_in_chunk = tl.arange(0, BLOCK_TIME)
     discount = tl.cast(gamma, DTYPE)
     value_weight = tl.cast(gamma * (1.0 - lambda_), DTYPE)
     trace_decay = tl.cast(gamma * lambda_, DTYPE)
@@ -44,7 +43,7 @@ def returns_kernel(
         last = rows * s_boot_row + (seq_len - 1).to(tl.int64) * s_boot_time
         carry = tl.load(bootstrap_ptr + last, mask=row_ok, other=0.0).to(DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME)
+        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
         mask = row_ok[:, None] & (steps < seq_len)[None, :]
         inputs = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
         terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
@@ -58,11 +57,11 @@ def returns_kernel(
         if HAS_TRUNCATED and HAS_BOOTSTRAP:
             bootstrap = load_tile(bootstrap_ptr, rows, s_boot_row, steps, s_boot_time, mask, 0.0, DTYPE)
             inputs += discount * truncated * bootstrap
-        scan_a, scan_b = scan_backward(tl.where(mask, inputs, 0.0), tl.where(mask, trace_decay * not_done, 1.0))
+        scan_a, scan_b = scan(tl.where(mask, inputs, 0.0), tl.where(mask, trace_decay * not_done, 1.0))
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
-                                column(scan_a, time_in_chunk, 0), column(scan_b, time_in_chunk, 0), carry,
+                                last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
                                 BLOCK_ROWS, WINDOW)
         returns = scan_a + scan_b * carry[:, None]
         store_tile(returns_ptr, rows, s_out_row, steps, s_out_time, returns, mask)
-        carry = column(returns, time_in_chunk, 0)
+        carry = last_column(returns, BLOCK_TIME)

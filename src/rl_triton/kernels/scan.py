@@ -3,7 +3,8 @@
 Every estimator is ``x[t] = a[t] + b[t] * x[t+1]`` (backward) or ``x[t] = a[t] + b[t] * x[t-1]``
 (forward). A program owns ``BLOCK_ROWS`` rows and walks time in chunks of ``BLOCK_TIME`` steps
 (from the end for backward recurrences), scanning each chunk in registers and carrying ``x``
-across chunk edges.
+across chunk edges. Tiles are laid out in processing order (time-reversed for backward
+recurrences), so one forward scan and one composition rule serve both directions.
 
 When rows are too few to fill the GPU, time is split too: each program takes one chunk
 (claimed in order from an atomic ticket counter, so every chunk it waits on belongs to a
@@ -16,54 +17,60 @@ import triton
 import triton.language as tl
 
 # status of a published chunk in the look-back workspace
-_AGGREGATE_READY = 1
-_PREFIX_READY = 2
+_AGGREGATE_READY = tl.constexpr(1)
+_PREFIX_READY = tl.constexpr(2)
 
 
 @triton.jit
 def combine(a_first, b_first, a_second, b_second):
-    # composes two affine steps x -> a + b*x, applying `first` then `second`. tl.associative_scan
-    # passes (earlier, later) in a forward scan and (accumulated later, earlier) in a reverse scan,
-    # so the same function serves both directions.
+    # composes two affine steps x -> a + b*x, applying `first` (earlier in processing order) then `second`
     return a_second + b_second * a_first, b_first * b_second
 
 
 @triton.jit
-def combine_with_next(a_first, b_first, na_first, nb_first, a_second, b_second, na_second, nb_second):
-    # reverse scan carrying two maps per segment: the whole segment, and the segment without its
-    # earliest step; the second one evaluated at the carry gives x[t+1] beside x[t].
+def combine_with_previous(a_first, b_first, pa_first, pb_first, a_second, b_second, pa_second, pb_second):
+    # carries two maps per segment: the whole segment, and the segment without its last step; the
+    # second one evaluated at the carry gives x one step earlier in processing order beside x.
     return (
         a_second + b_second * a_first,
         b_first * b_second,
-        na_second + nb_second * a_first,
-        nb_second * b_first,
+        pa_second + pb_second * a_first,
+        b_first * pb_second,
     )
 
 
 @triton.jit
-def scan_backward(a, b):
-    """Inclusive reverse scan along time: x[t] = A[t] + B[t] * (x just after the chunk)."""
-    return tl.associative_scan((a, b), 1, combine, reverse=True)
+def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
+    """int64 time indices of a chunk in processing order: descending for backward recurrences.
+
+    Backward recurrences are scanned forward over time-reversed tiles: Triton's reverse scan is
+    markedly slower on GPUs than a forward scan over the same data.
+    """
+    lanes = tl.arange(0, BLOCK_TIME)
+    if BACKWARD:
+        lanes = BLOCK_TIME - 1 - lanes
+    return tl.cast(chunk, tl.int64) * BLOCK_TIME + lanes
 
 
 @triton.jit
-def scan_backward_with_next(a, b):
-    """As scan_backward, plus (NA, NB) with x[t+1] = NA[t] + NB[t] * (x just after the chunk)."""
-    na = tl.zeros_like(a)
-    nb = tl.full(b.shape, 1, b.dtype)
-    return tl.associative_scan((a, b, na, nb), 1, combine_with_next, reverse=True)
-
-
-@triton.jit
-def scan_forward(a, b):
-    """Inclusive forward scan along time: x[t] = A[t] + B[t] * (x just before the chunk)."""
+def scan(a, b):
+    """Inclusive scan along processing order: x[j] = A[j] + B[j] * (carry into the chunk)."""
     return tl.associative_scan((a, b), 1, combine)
 
 
 @triton.jit
-def column(x, time_in_chunk, index):
-    """x[:, index] of a [rows, time] tile as a [rows] vector."""
-    return tl.sum(tl.where(time_in_chunk[None, :] == index, x, tl.zeros_like(x)), axis=1)
+def scan_with_previous(a, b):
+    """As scan, plus (PA, PB) with x[j-1] = PA[j] + PB[j] * (carry into the chunk)."""
+    pa = tl.zeros_like(a)
+    pb = tl.full(b.shape, 1, b.dtype)
+    return tl.associative_scan((a, b, pa, pb), 1, combine_with_previous)
+
+
+@triton.jit
+def last_column(x, BLOCK_TIME: tl.constexpr):
+    """x[:, BLOCK_TIME - 1] of a [rows, time] tile, the last step in processing order."""
+    lanes = tl.arange(0, BLOCK_TIME)
+    return tl.sum(tl.where(lanes[None, :] == BLOCK_TIME - 1, x, tl.zeros_like(x)), axis=1)
 
 
 @triton.jit
@@ -152,12 +159,6 @@ def tile_rows(row_tile, num_rows, BLOCK_ROWS: tl.constexpr):
     """int64 row indices of a row tile and their in-range mask."""
     rows = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     return rows.to(tl.int64), rows < num_rows
-
-
-@triton.jit
-def chunk_steps(chunk, BLOCK_TIME: tl.constexpr):
-    """int64 time indices of a chunk."""
-    return tl.cast(chunk, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
 
 
 @triton.jit

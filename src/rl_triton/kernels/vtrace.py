@@ -8,10 +8,10 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
     claim_work,
-    column,
+    last_column,
     load_flag,
     load_tile,
-    scan_backward_with_next,
+    scan_with_previous,
     store_tile,
     tile_rows,
 )
@@ -32,7 +32,6 @@ def vtrace_kernel(
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    time_in_chunk = tl.arange(0, BLOCK_TIME)
     discount = tl.cast(gamma, DTYPE)
     rho_clip = tl.cast(rho_bar, DTYPE)
     c_clip = tl.cast(c_bar, DTYPE)
@@ -41,7 +40,7 @@ def vtrace_kernel(
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME)
+        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
         mask = row_ok[:, None] & (steps < seq_len)[None, :]
         log_target = load_tile(log_target_ptr, rows, s_target_row, steps, s_target_time, mask, 0.0, DTYPE)
         log_behavior = load_tile(log_behavior_ptr, rows, s_behavior_row, steps, s_behavior_time, mask, 0.0, DTYPE)
@@ -61,11 +60,11 @@ def vtrace_kernel(
         not_done = 1.0 - tl.maximum(terminated, truncated)
         delta = rho * (reward + discount * value_next * (1.0 - terminated) - value)
         decay = discount * trace * not_done
-        scan_a, scan_b, next_a, next_b = scan_backward_with_next(tl.where(mask, delta, 0.0),
+        scan_a, scan_b, next_a, next_b = scan_with_previous(tl.where(mask, delta, 0.0),
                                                                  tl.where(mask, decay, 1.0))
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
-                                column(scan_a, time_in_chunk, 0), column(scan_b, time_in_chunk, 0), carry,
+                                last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
                                 BLOCK_ROWS, WINDOW)
         correction = scan_a + scan_b * carry[:, None]
         correction_next = next_a + next_b * carry[:, None]
@@ -74,4 +73,4 @@ def vtrace_kernel(
         advantage = delta + rho * discount * not_done * correction_next
         store_tile(targets_ptr, rows, s_out_row, steps, s_out_time, correction + value, mask)
         store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
-        carry = column(correction, time_in_chunk, 0)
+        carry = last_column(correction, BLOCK_TIME)

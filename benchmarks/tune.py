@@ -1,0 +1,167 @@
+"""Tile-plan sweep on a CUDA GPU: correctness against float64, then CUDA-graph device time.
+
+    PYTHONPATH=src python benchmarks/tune.py [--estimators gae,vtrace] [--quick]
+
+Prints one row per (estimator, shape, plan): relative error, device time, GB/s, % of copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import triton
+
+import rl_triton
+from rl_triton import _launch
+
+SHAPES = [(4096, 128), (512, 1024), (16384, 512), (4096, 4096), (64, 16384), (8, 131072), (8, 2**21), (1, 2**24)]
+
+
+def copy_ceiling() -> float:
+    src = torch.empty(2**29 // 4 * 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
+    return 2 * src.numel() * 4 / (ms * 1e-3)
+
+
+def rollout(num_rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (num_rows, seq_len)
+
+    def randn(*s):
+        return torch.randn(*s, generator=g, device="cuda")
+
+    term = torch.rand(shape, generator=g, device="cuda") < 0.05
+    trunc = (torch.rand(shape, generator=g, device="cuda") < 0.05) & ~term
+    boot = torch.where(trunc, randn(*shape), 0.0)
+    boot[:, -1] = randn(num_rows)
+    probs = torch.softmax(randn(num_rows, seq_len, num_actions), -1) if num_actions else None
+    return {
+        "r": randn(*shape), "v": randn(*shape), "term": term.float(), "trunc": trunc.float(), "boot": boot,
+        "last": randn(num_rows), "lt": 0.3 * randn(*shape), "lb": 0.3 * randn(*shape),
+        "pt": probs, "nq": randn(num_rows, seq_len, num_actions) if num_actions else None,
+        "act": torch.randint(0, max(num_actions, 1), shape, generator=g, device="cuda"),
+        "pb": 0.1 + 0.9 * torch.rand(shape, generator=g, device="cuda"),
+        "o": torch.empty(shape, device="cuda"),
+    }
+
+
+def calls(d: dict) -> dict:
+    return {
+        "add": (lambda: torch.add(d["r"], d["v"], out=d["o"] if d["r"].dtype == d["o"].dtype else None),
+                ["r", "v"], 1),
+        "gae": (lambda: rl_triton.compute_gae(d["r"], d["v"], d["term"], last_value=d["last"]),
+                ["r", "v", "term", "last"], 1),
+        "gae_trunc": (lambda: rl_triton.compute_gae(d["r"], d["v"], d["term"], d["trunc"], bootstrap_values=d["boot"]),
+                      ["r", "v", "term", "trunc", "boot"], 1),
+        "vtrace": (lambda: rl_triton.compute_vtrace(d["lt"], d["lb"], d["v"], d["r"], d["term"], last_value=d["last"]),
+                   ["lt", "lb", "v", "r", "term", "last"], 2),
+        "retrace": (lambda: rl_triton.compute_retrace(d["pt"], d["pb"], d["v"], d["nq"], d["act"], d["r"], d["term"],
+                                                      d["trunc"], 0.99, 0.95),
+                    ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 2),
+        "lambda_returns": (lambda: rl_triton.compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
+                                                                    bootstrap_values=d["boot"]),
+                           ["r", "v", "term", "trunc", "boot"], 1),
+        "discounted": (lambda: rl_triton.compute_discounted_returns(d["r"], d["term"]), ["r", "term"], 1),
+        "eligibility": (lambda: rl_triton.compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95),
+                        ["r", "term"], 1),
+        "prefix_sum": (lambda: rl_triton.compute_episodic_prefix_sum(d["r"], d["term"]), ["r", "term"], 1),
+    }
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def rel_err(out, ref) -> float:
+    return max(((o.double() - r).norm() / r.norm().clamp_min(1e-300)).item() for o, r in zip(as_tuple(out), ref))
+
+
+def graph_time_ms(fn, sets: list) -> float:
+    """Median device time of one call, from CUDA-graph replays over rotating input sets."""
+    for fn_i in sets:
+        fn_i()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn_i in sets:
+            fn_i()
+        with torch.cuda.graph(graph, stream=stream):
+            for fn_i in sets:
+                fn_i()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(15):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / len(sets))
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--estimators", default="gae")
+    parser.add_argument("--shapes", default="all")
+    parser.add_argument("--plans", default="default")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = parser.parse_args()
+    ceiling = copy_ceiling()
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
+    print(f"copy ceiling {ceiling / 1e9:.0f} GB/s")
+    plans = [None] + [tuple(int(v) if v not in ("s", "n") else v for v in p.split("x"))
+                      for p in args.plans.split(",") if p != "default"]
+    shapes = SHAPES if args.shapes == "all" else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    rows = []
+    for name in args.estimators.split(","):
+        for num_rows, seq_len in shapes:
+            num_actions = 18 if name == "retrace" else 0
+            elements = num_rows * seq_len
+            if name == "retrace" and elements * 18 > 2**28:
+                continue
+            n_sets = max(1, min(4, (256 << 20) // (elements * 4 * 6)))
+            data = [rollout(num_rows, seq_len, num_actions, seed) for seed in range(n_sets)]
+            fn, keys, n_out = calls(data[0])[name]
+            bytes_moved = sum(data[0][k].numel() * data[0][k].element_size() for k in keys) + n_out * elements * 4
+            double = {k: (v.double() if v is not None and v.is_floating_point() else v) for k, v in data[0].items()}
+            ref = tuple(o.double() for o in as_tuple(calls(double)[name][0]()))
+            for plan in plans:
+                kw = {} if plan is None else {"block_rows": plan[0], "block_time": plan[1],
+                                              "num_warps": plan[2] if len(plan) > 2 else None,
+                                              "num_stages": plan[3] if len(plan) > 3 else None,
+                                              "split": None if len(plan) < 5 else plan[4] == "s",
+                                              "window": plan[5] if len(plan) > 5 else None}
+                label = "default" if plan is None else "x".join(str(p) for p in plan)
+                try:
+                    with _launch.tile_override(**kw):
+                        t0 = time.perf_counter()
+                        out = fn()
+                        torch.cuda.synchronize()
+                        first = time.perf_counter() - t0
+                        err = rel_err(out, ref)
+                        ms = graph_time_ms(None, [calls(d)[name][0] for d in data]) if err < 1e-4 else float("nan")
+                except Exception as exc:  # noqa: BLE001 - report and continue the sweep
+                    print(f"{name:15s} {num_rows}x{seq_len} {label}: FAILED {type(exc).__name__}: {exc}"[:400])
+                    continue
+                gbs = bytes_moved / (ms * 1e-3) / 1e9
+                row = {"estimator": name, "rows": num_rows, "T": seq_len, "plan": label, "err": err,
+                       "first_s": first, "ms": ms, "gbs": gbs, "pct": 100 * gbs * 1e9 / ceiling}
+                rows.append(row)
+                print(f"{name:15s} {num_rows:>6}x{seq_len:<9} {label:12s} err {err:.1e} first {first:6.2f}s "
+                      f"{ms * 1e3:9.1f} us {gbs:7.0f} GB/s {row['pct']:5.1f}%", flush=True)
+    with open(os.path.join(args.out, "tune.json"), "w") as f:
+        json.dump({"ceiling": ceiling, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
