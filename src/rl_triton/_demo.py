@@ -46,17 +46,11 @@ class Estimator:
 
 
 def _episode_flags(
-    num_envs: int,
-    seq_len: int,
-    device: torch.device,
-    generator: torch.Generator,
-    with_truncations: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Boolean terminated/truncated flags, never both at one step."""
+    num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boolean terminated and truncated flags, never both at one step; callers without truncations drop the second."""
     draw = torch.rand(num_envs, seq_len, device=device, generator=generator)
     terminated = draw < TERMINATION_RATE
-    if not with_truncations:
-        return terminated, None
     truncated = (draw >= TERMINATION_RATE) & (draw < TERMINATION_RATE + TRUNCATION_RATE)
     return terminated, truncated
 
@@ -77,7 +71,7 @@ def _gae_inputs(with_truncations: bool) -> Callable[..., Inputs]:
     def make(
         num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
     ) -> Inputs:
-        terminated, truncated = _episode_flags(num_envs, seq_len, device, generator, with_truncations)
+        terminated, truncated = _episode_flags(num_envs, seq_len, device, generator)
         inputs: Inputs = {
             "rewards": _normal((num_envs, seq_len), device, generator),
             "values": _normal((num_envs, seq_len), device, generator),
@@ -85,7 +79,7 @@ def _gae_inputs(with_truncations: bool) -> Callable[..., Inputs]:
             "gamma": GAMMA,
             "lambda_": LAMBDA,
         }
-        if truncated is None:
+        if not with_truncations:
             inputs["last_value"] = _normal((num_envs,), device, generator)
         else:
             inputs["truncateds"] = truncated.to(flag_dtype)
@@ -100,7 +94,7 @@ def _vtrace_inputs(with_truncations: bool) -> Callable[..., Inputs]:
         num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
     ) -> Inputs:
         shape = (num_envs, seq_len)
-        terminated, truncated = _episode_flags(num_envs, seq_len, device, generator, with_truncations)
+        terminated, truncated = _episode_flags(num_envs, seq_len, device, generator)
         # behaviour log-probabilities of sampled actions, and a target policy that has drifted from it
         log_pi_behavior = torch.rand(shape, device=device, generator=generator).mul_(0.95).add_(0.05).log_()
         log_pi_target = log_pi_behavior + 0.3 * _normal(shape, device, generator)
@@ -112,7 +106,7 @@ def _vtrace_inputs(with_truncations: bool) -> Callable[..., Inputs]:
             "terminateds": terminated.to(flag_dtype),
             "gamma": GAMMA,
         }
-        if truncated is None:
+        if not with_truncations:
             inputs["last_value"] = _normal((num_envs,), device, generator)
         else:
             inputs["truncateds"] = truncated.to(flag_dtype)
@@ -127,7 +121,7 @@ def _retrace_inputs(num_actions: int) -> Callable[..., Inputs]:
         num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
     ) -> Inputs:
         shape = (num_envs, seq_len)
-        terminated, truncated = _episode_flags(num_envs, seq_len, device, generator, True)
+        terminated, truncated = _episode_flags(num_envs, seq_len, device, generator)
         behavior_logits = _normal((*shape, num_actions), device, generator)
         target_logits = behavior_logits + 0.5 * _normal((*shape, num_actions), device, generator)
         # actions sampled from the behaviour policy (Gumbel-max: one vectorised pass, any row count)
@@ -154,8 +148,7 @@ def _retrace_inputs(num_actions: int) -> Callable[..., Inputs]:
 def _lambda_returns_inputs(
     num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
 ) -> Inputs:
-    terminated, truncated = _episode_flags(num_envs, seq_len, device, generator, True)
-    assert truncated is not None
+    terminated, truncated = _episode_flags(num_envs, seq_len, device, generator)
     # the caller zeroes next_values at truncated steps; the true value arrives through bootstrap_values
     next_values = _normal((num_envs, seq_len), device, generator) * ~truncated
     return {
@@ -172,8 +165,7 @@ def _lambda_returns_inputs(
 def _discounted_returns_inputs(
     num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
 ) -> Inputs:
-    terminated, truncated = _episode_flags(num_envs, seq_len, device, generator, True)
-    assert truncated is not None
+    terminated, truncated = _episode_flags(num_envs, seq_len, device, generator)
     return {
         "rewards": _normal((num_envs, seq_len), device, generator),
         "terminateds": terminated.to(flag_dtype),
@@ -186,7 +178,7 @@ def _discounted_returns_inputs(
 def _eligibility_traces_inputs(
     num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
 ) -> Inputs:
-    dones, _ = _episode_flags(num_envs, seq_len, device, generator, False)
+    dones, _ = _episode_flags(num_envs, seq_len, device, generator)
     return {
         "gradients": _normal((num_envs, seq_len), device, generator),
         "dones": dones.to(flag_dtype),
@@ -199,7 +191,7 @@ def _eligibility_traces_inputs(
 def _prefix_sum_inputs(
     num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
 ) -> Inputs:
-    dones, _ = _episode_flags(num_envs, seq_len, device, generator, False)
+    dones, _ = _episode_flags(num_envs, seq_len, device, generator)
     return {
         "inputs": _normal((num_envs, seq_len), device, generator),
         "dones": dones.to(flag_dtype),

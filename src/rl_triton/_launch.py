@@ -23,11 +23,16 @@ from rl_triton.kernels.retrace import retrace_kernel
 from rl_triton.kernels.returns import returns_kernel
 from rl_triton.kernels.vtrace import vtrace_kernel
 
-# elements of one [rows, time] tile held by a program
-_TILE_ELEMENTS = 2048
-_MAX_BLOCK_TIME = 1024
+# Tile plans measured on an H200 (BENCHMARKS.md): one row of 512 steps per program is the sweet
+# spot for many rows; time-split programs take longer chunks so fewer look-backs are chained.
+_MANY_ROWS_BLOCK_TIME = 512
+_SPLIT_BLOCK_TIME = 2048
+_HEAVY_SPLIT_BLOCK_TIME = 512
+# short rows are packed so that one warp still holds 128 steps
+_MIN_TILE_ELEMENTS = 128
 # time-major buffers are read as tiles of many rows and few steps, so each warp reads along rows
 _TIME_MAJOR_BLOCK_TIME = 16
+_TIME_MAJOR_TILE_ELEMENTS = 2048
 # predecessors inspected per look-back step
 _LOOKBACK_WINDOW = 32
 
@@ -90,22 +95,36 @@ def _multiprocessors(device: torch.device) -> int:
     return 4
 
 
-def plan_tiles(num_rows: int, seq_len: int, time_major: bool, device: torch.device, tile_elements: int) -> TilePlan:
+def plan_tiles(
+    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int = 1 << 30
+) -> TilePlan:
+    """Tile shape, warps and whether to split time, for one call.
+
+    ``heavy`` kernels (V-trace, Retrace) keep more values live per step and take smaller tiles;
+    ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block).
+    """
+    rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     if time_major:
-        block_time = min(triton.next_power_of_2(seq_len), _TIME_MAJOR_BLOCK_TIME)
+        block_time = min(time_pow2, _TIME_MAJOR_BLOCK_TIME)
+        block_rows = min(rows_pow2, _TIME_MAJOR_TILE_ELEMENTS // block_time)
     else:
-        block_time = min(triton.next_power_of_2(seq_len), _MAX_BLOCK_TIME, tile_elements)
-    block_rows = max(1, min(tile_elements // block_time, triton.next_power_of_2(num_rows)))
-    block_time = _override.block_time or block_time
+        block_time = min(time_pow2, _MANY_ROWS_BLOCK_TIME)
+        block_rows = min(rows_pow2, max(1, _MIN_TILE_ELEMENTS // block_time))
+    num_chunks = triton.cdiv(seq_len, block_time)
+    # too few row tiles to fill the GPU: split time across programs as well
+    split = num_chunks > 1 and triton.cdiv(num_rows, block_rows) < 2 * _multiprocessors(device)
+    if _override.split is not None:
+        split = _override.split
+    if split and not time_major:
+        block_time = min(time_pow2, _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME)
+    block_time = _override.block_time or min(block_time, max_block_time)
     block_rows = _override.block_rows or block_rows
     num_row_tiles = triton.cdiv(num_rows, block_rows)
     num_chunks = triton.cdiv(seq_len, block_time)
-    # too few row tiles to fill the GPU: split time across programs as well
-    split = num_chunks > 1 and num_row_tiles < 2 * _multiprocessors(device)
-    if _override.split is not None:
-        split = _override.split and num_chunks > 1
-    num_warps = _override.num_warps or (8 if block_rows * block_time >= 4096 else 4)
-    num_stages = _override.num_stages or 3
+    split = split and num_chunks > 1
+    elements_per_warp = 128 if heavy or split else 256
+    num_warps = _override.num_warps or max(1, min(8, block_rows * block_time // elements_per_warp))
+    num_stages = _override.num_stages or 1
     window = _override.window or _LOOKBACK_WINDOW
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window)
 
@@ -175,7 +194,7 @@ def gae(
 ) -> None:
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, values, bootstrap_values, last_value)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, _TILE_ELEMENTS)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if last_value is not None:
         bootstrap, mode, boot_strides = last_value, BOOTSTRAP_LAST, (last_value.stride(0), 0)
@@ -211,7 +230,7 @@ def vtrace(
 ) -> None:
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, _TILE_ELEMENTS)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if last_value is not None:
         bootstrap, mode, boot_strides = last_value, BOOTSTRAP_LAST, (last_value.stride(0), 0)
@@ -252,8 +271,8 @@ def retrace(
     num_rows, seq_len, num_actions = action_probs_target.shape
     dtype = _compute_dtype(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards)
     block_actions = min(triton.next_power_of_2(num_actions), 32)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device,
-                      max(128, 4 * _TILE_ELEMENTS // block_actions))
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
+                      max_block_time=max(16, 4096 // block_actions))
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if targets.stride() != advantages.stride():
         raise RuntimeError("retrace outputs must share one layout")
@@ -283,7 +302,7 @@ def returns(
     """Lambda-returns; discounted returns are ``next_values=None, lambda_=1``."""
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, next_values, bootstrap_values)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, _TILE_ELEMENTS)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     returns_kernel[plan.grid](
         rewards, next_values, terminateds, truncateds, bootstrap_values, out,
@@ -308,7 +327,7 @@ def episodic_scan(
     """Prefix sums (decay 1) and eligibility traces (decay gamma * lambda, reset after the flag)."""
     num_rows, seq_len = inputs.shape
     dtype = _compute_dtype(inputs, seed_values)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, _TILE_ELEMENTS)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, inputs.device)
     episodic_scan_kernel[plan.grid](
         inputs, dones, seed_values, out,

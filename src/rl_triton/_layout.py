@@ -26,6 +26,9 @@ class RowLayout:
         self.batch_shape = shape[: self.time_dim] + shape[self.time_dim + 1 :]
         self.num_rows = math.prod(self.batch_shape)
         self.primary_name = primary_name
+        # with the time dimension between batch dimensions, a dense output has no [rows, T] view
+        before, after = math.prod(shape[: self.time_dim]), math.prod(shape[self.time_dim + 1 :])
+        self._output_has_rows_view = before == 1 or after == 1 or self.seq_len == 1
 
     @property
     def empty_problem(self) -> bool:
@@ -48,6 +51,15 @@ class RowLayout:
         return _checks.matching(name, x, _checks.FLOAT_DTYPES, like, self.primary_name, shape=self.batch_shape)
 
     def new_output(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """A new output of ``self.shape`` (dense, same dim order as the inputs) and its rows view."""
+        """A new output of ``self.shape`` (dense, same dim order as the inputs) and the ``[rows, T]``
+        tensor to write it through: a view of it, or a buffer that ``finish`` copies into it."""
         out = torch.empty(self.shape, dtype=dtype, device=device)
-        return out, self.rows(out)
+        if self._output_has_rows_view:
+            return out, self.rows(out)
+        return out, torch.empty(self.num_rows, self.seq_len, dtype=dtype, device=device)
+
+    def finish(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``out`` with the values written through ``rows`` (from ``new_output``)."""
+        if not self._output_has_rows_view:
+            out.movedim(self.time_dim, -1).copy_(rows.view(*self.batch_shape, self.seq_len))
+        return out

@@ -87,4 +87,4 @@ def compute_gae(
         kernels().gae(advantages_rows, *args)
     else:
         advantages_rows.copy_(reference.compute_gae(*args))
-    return advantages
+    return layout.finish(advantages, advantages_rows)

@@ -110,4 +110,4 @@ def compute_retrace(
         reference_targets, reference_advantages = reference.compute_retrace(*args)
         targets_rows.copy_(reference_targets)
         advantages_rows.copy_(reference_advantages)
-    return targets, advantages
+    return layout.finish(targets, targets_rows), layout.finish(advantages, advantages_rows)

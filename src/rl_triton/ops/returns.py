@@ -129,7 +129,7 @@ def _returns(
         )
     else:
         returns_rows.copy_(reference.compute_lambda_returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows))
-    return returns
+    return layout.finish(returns, returns_rows)
 
 
 def compute_eligibility_traces(
@@ -198,4 +198,4 @@ def episodic_scan(
     else:
         boundary = "ends_at" if reset_after_flag else "starts_at"
         out_rows.copy_(reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, boundary))
-    return out
+    return layout.finish(out, out_rows)
