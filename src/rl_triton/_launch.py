@@ -19,6 +19,7 @@ import triton.language as tl
 from rl_triton._dispatch import interpreter_enabled
 from rl_triton.kernels.gae import BOOTSTRAP_FULL, BOOTSTRAP_LAST, BOOTSTRAP_NONE, gae_kernel
 from rl_triton.kernels.prefix_sum import episodic_scan_kernel
+from rl_triton.kernels.recurrence import linear_recurrence_kernel
 from rl_triton.kernels.retrace import retrace_kernel
 from rl_triton.kernels.returns import returns_kernel
 from rl_triton.kernels.vtrace import vtrace_kernel
@@ -336,4 +337,21 @@ def episodic_scan(
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
         HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, **_meta(plan, dtype),
+    )
+
+
+def linear_recurrence(
+    out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward: bool
+) -> None:
+    """x[t] = a[t] + b[t] * x[t+1] (``backward``) or x[t-1] (forward), x beyond the ends = ``carry``."""
+    num_rows, seq_len = a.shape
+    dtype = _compute_dtype(a, b, carry)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(a), a.device, heavy=False)
+    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, a.device)
+    linear_recurrence_kernel[plan.grid](
+        a, b, carry, out,
+        status, aggregates, prefixes, counter,
+        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
+        *a.stride(), *b.stride(), 0 if carry is None else carry.stride(0), *out.stride(),
+        HAS_CARRY=carry is not None, BACKWARD=backward, **_meta(plan, dtype),
     )

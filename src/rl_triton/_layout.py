@@ -58,6 +58,10 @@ class RowLayout:
             return out, self.rows(out)
         return out, torch.empty(self.num_rows, self.seq_len, dtype=dtype, device=device)
 
+    def from_rows(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """A ``[rows, T]`` result as a tensor of ``self.shape`` in ``dtype`` (differentiable; may be a view)."""
+        return rows.to(dtype).view(*self.batch_shape, self.seq_len).movedim(-1, self.time_dim)
+
     def finish(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """``out`` with the values written through ``rows`` (from ``new_output``)."""
         if not self._output_has_rows_view:

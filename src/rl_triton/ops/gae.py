@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rl_triton import _checks, reference
+from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
 from rl_triton.ops._common import kernels, optional_matching, per_row_or_none, rows_or_none, run_on_triton
 
@@ -83,6 +84,8 @@ def compute_gae(
         layout.rows(rewards), layout.rows(values), layout.rows(terminateds), rows_or_none(layout, truncateds),
         gamma, lambda_, rows_or_none(layout, bootstrap_values), per_row_or_none(layout, last_value),
     )
+    if needs_grad(rewards, values, bootstrap_values, last_value):
+        return layout.from_rows(reference.compute_gae(*args), result_dtype)
     if run_on_triton(rewards.device):
         kernels().gae(advantages_rows, *args)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rl_triton import _checks, reference
+from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
 from rl_triton.ops._common import kernels, run_on_triton
 
@@ -104,6 +105,8 @@ def compute_retrace(
         layout.rows_with_actions(next_q_values_all), layout.rows(actions), layout.rows(rewards),
         layout.rows(terminateds), layout.rows(truncateds), gamma, lambda_, c_bar, rho_bar,
     )
+    if needs_grad(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards):
+        return tuple(layout.from_rows(result, result_dtype) for result in reference.compute_retrace(*args))
     if run_on_triton(rewards.device):
         kernels().retrace(targets_rows, advantages_rows, *args)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rl_triton import _checks, reference
+from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
 from rl_triton.ops._common import kernels, optional_matching, per_row_or_none, rows_or_none, run_on_triton
 
@@ -121,14 +122,17 @@ def _returns(
         return returns
     rows = (layout.rows(rewards), rows_or_none(layout, next_values), layout.rows(terminateds))
     truncated_rows, bootstrap_rows = rows_or_none(layout, truncateds), rows_or_none(layout, bootstrap_values)
-    if run_on_triton(rewards.device):
+    differentiable = needs_grad(rewards, next_values, bootstrap_values)
+    if run_on_triton(rewards.device) and not differentiable:
         kernels().returns(returns_rows, *rows, truncated_rows, gamma, lambda_, bootstrap_rows)
-    elif discounted:
-        returns_rows.copy_(
-            reference.compute_discounted_returns(rows[0], rows[2], truncated_rows, gamma, bootstrap_rows)
-        )
+        return layout.finish(returns, returns_rows)
+    if discounted:
+        result = reference.compute_discounted_returns(rows[0], rows[2], truncated_rows, gamma, bootstrap_rows)
     else:
-        returns_rows.copy_(reference.compute_lambda_returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows))
+        result = reference.compute_lambda_returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows)
+    if differentiable:
+        return layout.from_rows(result, result_dtype)
+    returns_rows.copy_(result)
     return layout.finish(returns, returns_rows)
 
 
@@ -191,11 +195,16 @@ def episodic_scan(
     if layout.empty_problem:
         return out
     input_rows, done_rows, seed_rows = layout.rows(inputs), layout.rows(dones), per_row_or_none(layout, seed_values)
-    if run_on_triton(inputs.device):
+    differentiable = needs_grad(inputs, seed_values)
+    if run_on_triton(inputs.device) and not differentiable:
         kernels().episodic_scan(out_rows, input_rows, done_rows, seed_rows, decay, reset_after_flag)
-    elif inputs_name == "gradients":
-        out_rows.copy_(reference.compute_eligibility_traces(input_rows, done_rows, decay, 1.0, seed_rows))
+        return layout.finish(out, out_rows)
+    if inputs_name == "gradients":
+        result = reference.compute_eligibility_traces(input_rows, done_rows, decay, 1.0, seed_rows)
     else:
         boundary = "ends_at" if reset_after_flag else "starts_at"
-        out_rows.copy_(reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, boundary))
+        result = reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, boundary)
+    if differentiable:
+        return layout.from_rows(result, result_dtype)
+    out_rows.copy_(result)
     return layout.finish(out, out_rows)

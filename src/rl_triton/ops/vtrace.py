@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rl_triton import _checks, reference
+from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
 from rl_triton.ops._common import kernels, optional_matching, per_row_or_none, rows_or_none, run_on_triton
 
@@ -91,6 +92,8 @@ def compute_vtrace(
         layout.rows(terminateds), rows_or_none(layout, truncateds), gamma, rho_bar, c_bar,
         rows_or_none(layout, bootstrap_values), per_row_or_none(layout, last_value),
     )
+    if needs_grad(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value):
+        return tuple(layout.from_rows(result, result_dtype) for result in reference.compute_vtrace(*args))
     if run_on_triton(rewards.device):
         kernels().vtrace(targets_rows, advantages_rows, *args)
     else:

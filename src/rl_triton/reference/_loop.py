@@ -20,8 +20,34 @@ def flag(tensor: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return (tensor != 0).to(like.dtype)
 
 
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def backward_recurrence(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
-    """x[:, t] = a[:, t] + b[:, t] * x[:, t + 1] with x[:, T] = carry; rows in parallel."""
+    """x[:, t] = a[:, t] + b[:, t] * x[:, t + 1] with x[:, T] = carry; rows in parallel.
+
+    Differentiable: under autograd the recurrence runs as one op whose backward is the
+    recurrence in the opposite direction (``rl_triton._autograd``).
+    """
+    if _needs_grad(a, b, carry):
+        from rl_triton._autograd import LinearRecurrence
+
+        return LinearRecurrence.apply(a, b, carry, True)
+    return backward_loop(a, b, carry)
+
+
+def forward_recurrence(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
+    """x[:, t] = a[:, t] + b[:, t] * x[:, t - 1] with x[:, -1] = carry; rows in parallel (differentiable)."""
+    if _needs_grad(a, b, carry):
+        from rl_triton._autograd import LinearRecurrence
+
+        return LinearRecurrence.apply(a, b, carry, False)
+    return forward_loop(a, b, carry)
+
+
+def backward_loop(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
+    """The plain time loop of ``backward_recurrence``."""
     out = torch.empty_like(a)
     x = carry
     for t in range(a.shape[-1] - 1, -1, -1):
@@ -30,8 +56,8 @@ def backward_recurrence(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -
     return out
 
 
-def forward_recurrence(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
-    """x[:, t] = a[:, t] + b[:, t] * x[:, t - 1] with x[:, -1] = carry; rows in parallel."""
+def forward_loop(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
+    """The plain time loop of ``forward_recurrence``."""
     out = torch.empty_like(a)
     x = carry
     for t in range(a.shape[-1]):

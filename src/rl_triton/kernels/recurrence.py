@@ -1,0 +1,52 @@
+"""A plain first-order linear recurrence over given coefficients: the differentiable path's scan.
+
+x[t] = a[t] + b[t] * x[t+1] (backward, x[T] = carry) or x[t] = a[t] + b[t] * x[t-1] (forward,
+x[-1] = carry). Autograd composes the estimators from elementwise PyTorch and this kernel, and
+runs it in the opposite direction for the adjoint.
+"""
+
+import triton
+import triton.language as tl
+
+from rl_triton.kernels.scan import (
+    chunk_carry,
+    chunk_steps,
+    claim_work,
+    last_column,
+    load_tile,
+    scan,
+    store_tile,
+    tile_rows,
+)
+
+
+@triton.jit
+def linear_recurrence_kernel(
+    a_ptr, b_ptr, carry_ptr, out_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    num_rows, seq_len, num_chunks, num_row_tiles,
+    s_a_row, s_a_time, s_b_row, s_b_time, s_carry_row, s_out_row, s_out_time,
+    HAS_CARRY: tl.constexpr, BACKWARD: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+):
+    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    if HAS_CARRY:
+        carry = tl.load(carry_ptr + rows * s_carry_row, mask=row_ok, other=0.0).to(DTYPE)
+    for i in range(my_chunks):
+        if BACKWARD:
+            steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
+        else:
+            steps = chunk_steps(order + i, BLOCK_TIME, False)
+        mask = row_ok[:, None] & (steps < seq_len)[None, :]
+        a = load_tile(a_ptr, rows, s_a_row, steps, s_a_time, mask, 0.0, DTYPE)
+        b = load_tile(b_ptr, rows, s_b_row, steps, s_b_time, mask, 1.0, DTYPE)
+        scan_a, scan_b = scan(a, b)
+        if SPLIT:
+            carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
+                                last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
+                                BLOCK_ROWS, WINDOW)
+        x = scan_a + scan_b * carry[:, None]
+        store_tile(out_ptr, rows, s_out_row, steps, s_out_time, x, mask)
+        carry = last_column(x, BLOCK_TIME)
