@@ -21,7 +21,9 @@ from rl_triton.reference._loop import backward_loop, forward_loop, shift_next, s
 
 
 def solve(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward: bool) -> torch.Tensor:
-    """The recurrence's solution, without autograd."""
+    """The recurrence's solution, without autograd (the registered op while torch.compile traces)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.rl_triton.linear_recurrence(a, b, carry, backward)
     if use_triton(a.device):
         from rl_triton import _launch
 

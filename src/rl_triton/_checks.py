@@ -25,7 +25,12 @@ class InputTypeError(TypeError, AssertionError):
 
 
 def correctness_checks_enabled() -> bool:
-    """Data-dependent checks run when ``RL_TRITON_CORRECTNESS_WARNINGS=1``; they synchronise the device."""
+    """Data-dependent checks run when ``RL_TRITON_CORRECTNESS_WARNINGS=1``; they synchronise the device.
+
+    Never while torch.compile traces: a host synchronisation has no place in a compiled graph.
+    """
+    if torch.compiler.is_compiling():
+        return False
     return os.environ.get("RL_TRITON_CORRECTNESS_WARNINGS", "0") not in ("", "0")
 
 

@@ -26,13 +26,19 @@ class RowLayout:
         self.batch_shape = shape[: self.time_dim] + shape[self.time_dim + 1 :]
         self.num_rows = math.prod(self.batch_shape)
         self.primary_name = primary_name
-        # with the time dimension between batch dimensions, a dense output has no [rows, T] view
+        # outputs are dense in the inputs' dimension order when time comes first or last: time-major
+        # ([T, *batch]) outputs are written time-first; with time between batch dimensions they are
+        # written time-last and returned as a permuted view
         before, after = math.prod(shape[: self.time_dim]), math.prod(shape[self.time_dim + 1 :])
-        self._output_has_rows_view = before == 1 or after == 1 or self.seq_len == 1
+        self.time_major_output = before == 1 and after != 1
 
     @property
     def empty_problem(self) -> bool:
         return self.seq_len == 0 or self.num_rows == 0
+
+    def empty(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """The (empty-problem) result of ``self.shape``."""
+        return torch.empty(self.shape, dtype=dtype, device=device)
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """``[rows, T]`` view of a per-step tensor of ``self.shape``."""
@@ -50,20 +56,6 @@ class RowLayout:
         """A floating per-environment tensor of shape ``batch_shape`` on ``like``'s device."""
         return _checks.matching(name, x, _checks.FLOAT_DTYPES, like, self.primary_name, shape=self.batch_shape)
 
-    def new_output(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """A new output of ``self.shape`` (dense, same dim order as the inputs) and the ``[rows, T]``
-        tensor to write it through: a view of it, or a buffer that ``finish`` copies into it."""
-        out = torch.empty(self.shape, dtype=dtype, device=device)
-        if self._output_has_rows_view:
-            return out, self.rows(out)
-        return out, torch.empty(self.num_rows, self.seq_len, dtype=dtype, device=device)
-
     def from_rows(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A ``[rows, T]`` result as a tensor of ``self.shape`` in ``dtype`` (differentiable; may be a view)."""
         return rows.to(dtype).view(*self.batch_shape, self.seq_len).movedim(-1, self.time_dim)
-
-    def finish(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """``out`` with the values written through ``rows`` (from ``new_output``)."""
-        if not self._output_has_rows_view:
-            out.movedim(self.time_dim, -1).copy_(rows.view(*self.batch_shape, self.seq_len))
-        return out

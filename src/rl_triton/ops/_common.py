@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import torch
 
 from rl_triton import _checks
-from rl_triton._dispatch import use_triton
 from rl_triton._layout import RowLayout
-
-
-def kernels() -> ModuleType:
-    """The Triton launchers, imported on first use so CPU-only installs never import Triton."""
-    from rl_triton import _launch
-
-    return _launch
 
 
 def rows_or_none(layout: RowLayout, x: torch.Tensor | None) -> torch.Tensor | None:
@@ -30,7 +20,3 @@ def optional_matching(
     name: str, value: object, dtypes: tuple[torch.dtype, ...], like: torch.Tensor, like_name: str
 ) -> torch.Tensor | None:
     return None if value is None else _checks.matching(name, value, dtypes, like, like_name)
-
-
-def run_on_triton(device: torch.device) -> bool:
-    return use_triton(device)

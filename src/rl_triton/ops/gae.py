@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton import _checks, reference
+from rl_triton import _checks, _library, reference
 from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
-from rl_triton.ops._common import kernels, optional_matching, per_row_or_none, rows_or_none, run_on_triton
+from rl_triton.ops._common import optional_matching, per_row_or_none, rows_or_none
 
 
 def compute_gae(
@@ -77,17 +77,13 @@ def compute_gae(
         _checks.check_flags_exclusive(terminateds, truncateds)
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
 
-    advantages, advantages_rows = layout.new_output(result_dtype, rewards.device)
     if layout.empty_problem:
-        return advantages
+        return layout.empty(result_dtype, rewards.device)
     args = (
         layout.rows(rewards), layout.rows(values), layout.rows(terminateds), rows_or_none(layout, truncateds),
         gamma, lambda_, rows_or_none(layout, bootstrap_values), per_row_or_none(layout, last_value),
     )
     if needs_grad(rewards, values, bootstrap_values, last_value):
         return layout.from_rows(reference.compute_gae(*args), result_dtype)
-    if run_on_triton(rewards.device):
-        kernels().gae(advantages_rows, *args)
-    else:
-        advantages_rows.copy_(reference.compute_gae(*args))
-    return layout.finish(advantages, advantages_rows)
+    advantages = _library.call(_library.gae, _library.gae_op, *args, result_dtype, layout.time_major_output)
+    return layout.from_rows(advantages, result_dtype)

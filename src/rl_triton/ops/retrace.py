@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton import _checks, reference
+from rl_triton import _checks, _library, reference
 from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
-from rl_triton.ops._common import kernels, run_on_triton
 
 
 def compute_retrace(
@@ -96,21 +95,15 @@ def compute_retrace(
         _checks.check_action_indices(actions, action_probs_target.shape[-1])
         _checks.check_positive("action_probs_behavior", action_probs_behavior)
 
-    targets, targets_rows = layout.new_output(result_dtype, rewards.device)
-    advantages, advantages_rows = layout.new_output(result_dtype, rewards.device)
     if layout.empty_problem:
-        return targets, advantages
+        return layout.empty(result_dtype, rewards.device), layout.empty(result_dtype, rewards.device)
     args = (
         layout.rows_with_actions(action_probs_target), layout.rows(action_probs_behavior), layout.rows(q_values),
         layout.rows_with_actions(next_q_values_all), layout.rows(actions), layout.rows(rewards),
         layout.rows(terminateds), layout.rows(truncateds), gamma, lambda_, c_bar, rho_bar,
     )
     if needs_grad(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards):
-        return tuple(layout.from_rows(result, result_dtype) for result in reference.compute_retrace(*args))
-    if run_on_triton(rewards.device):
-        kernels().retrace(targets_rows, advantages_rows, *args)
+        results = reference.compute_retrace(*args)
     else:
-        reference_targets, reference_advantages = reference.compute_retrace(*args)
-        targets_rows.copy_(reference_targets)
-        advantages_rows.copy_(reference_advantages)
-    return layout.finish(targets, targets_rows), layout.finish(advantages, advantages_rows)
+        results = _library.call(_library.retrace, _library.retrace_op, *args, result_dtype, layout.time_major_output)
+    return tuple(layout.from_rows(result, result_dtype) for result in results)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton import _checks, reference
+from rl_triton import _checks, _library, reference
 from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
-from rl_triton.ops._common import kernels, optional_matching, per_row_or_none, rows_or_none, run_on_triton
+from rl_triton.ops._common import optional_matching, per_row_or_none, rows_or_none
 
 
 def compute_lambda_returns(
@@ -117,23 +117,21 @@ def _returns(
         _checks.check_flags_exclusive(terminateds, truncateds)
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
 
-    returns, returns_rows = layout.new_output(result_dtype, rewards.device)
     if layout.empty_problem:
-        return returns
+        return layout.empty(result_dtype, rewards.device)
     rows = (layout.rows(rewards), rows_or_none(layout, next_values), layout.rows(terminateds))
     truncated_rows, bootstrap_rows = rows_or_none(layout, truncateds), rows_or_none(layout, bootstrap_values)
-    differentiable = needs_grad(rewards, next_values, bootstrap_values)
-    if run_on_triton(rewards.device) and not differentiable:
-        kernels().returns(returns_rows, *rows, truncated_rows, gamma, lambda_, bootstrap_rows)
-        return layout.finish(returns, returns_rows)
-    if discounted:
-        result = reference.compute_discounted_returns(rows[0], rows[2], truncated_rows, gamma, bootstrap_rows)
+    if needs_grad(rewards, next_values, bootstrap_values):
+        if discounted:
+            result = reference.compute_discounted_returns(rows[0], rows[2], truncated_rows, gamma, bootstrap_rows)
+        else:
+            result = reference.compute_lambda_returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows)
     else:
-        result = reference.compute_lambda_returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows)
-    if differentiable:
-        return layout.from_rows(result, result_dtype)
-    returns_rows.copy_(result)
-    return layout.finish(returns, returns_rows)
+        result = _library.call(
+            _library.returns, _library.returns_op, *rows, truncated_rows, gamma, lambda_, bootstrap_rows,
+            result_dtype, layout.time_major_output,
+        )
+    return layout.from_rows(result, result_dtype)
 
 
 def compute_eligibility_traces(
@@ -191,20 +189,18 @@ def episodic_scan(
         seed_values = layout.check_per_row("seed_values", seed_values, inputs)
     result_dtype = _checks.out_dtype(out_dtype, inputs.dtype)
 
-    out, out_rows = layout.new_output(result_dtype, inputs.device)
     if layout.empty_problem:
-        return out
+        return layout.empty(result_dtype, inputs.device)
     input_rows, done_rows, seed_rows = layout.rows(inputs), layout.rows(dones), per_row_or_none(layout, seed_values)
-    differentiable = needs_grad(inputs, seed_values)
-    if run_on_triton(inputs.device) and not differentiable:
-        kernels().episodic_scan(out_rows, input_rows, done_rows, seed_rows, decay, reset_after_flag)
-        return layout.finish(out, out_rows)
-    if inputs_name == "gradients":
-        result = reference.compute_eligibility_traces(input_rows, done_rows, decay, 1.0, seed_rows)
+    if needs_grad(inputs, seed_values):
+        if reset_after_flag and inputs_name == "gradients":
+            result = reference.compute_eligibility_traces(input_rows, done_rows, decay, 1.0, seed_rows)
+        else:
+            boundary = "ends_at" if reset_after_flag else "starts_at"
+            result = reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, boundary)
     else:
-        boundary = "ends_at" if reset_after_flag else "starts_at"
-        result = reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, boundary)
-    if differentiable:
-        return layout.from_rows(result, result_dtype)
-    out_rows.copy_(result)
-    return layout.finish(out, out_rows)
+        result = _library.call(
+            _library.episodic_scan, _library.episodic_scan_op, input_rows, done_rows, seed_rows, decay,
+            reset_after_flag, result_dtype, layout.time_major_output,
+        )
+    return layout.from_rows(result, result_dtype)

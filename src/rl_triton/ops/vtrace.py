@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton import _checks, reference
+from rl_triton import _checks, _library, reference
 from rl_triton._autograd import needs_grad
 from rl_triton._layout import RowLayout
-from rl_triton.ops._common import kernels, optional_matching, per_row_or_none, rows_or_none, run_on_triton
+from rl_triton.ops._common import optional_matching, per_row_or_none, rows_or_none
 
 
 def compute_vtrace(
@@ -83,21 +83,15 @@ def compute_vtrace(
         _checks.check_finite("log_pi_target", log_pi_target)
         _checks.check_finite("log_pi_behavior", log_pi_behavior)
 
-    targets, targets_rows = layout.new_output(result_dtype, rewards.device)
-    advantages, advantages_rows = layout.new_output(result_dtype, rewards.device)
     if layout.empty_problem:
-        return targets, advantages
+        return layout.empty(result_dtype, rewards.device), layout.empty(result_dtype, rewards.device)
     args = (
         layout.rows(log_pi_target), layout.rows(log_pi_behavior), layout.rows(values), layout.rows(rewards),
         layout.rows(terminateds), rows_or_none(layout, truncateds), gamma, rho_bar, c_bar,
         rows_or_none(layout, bootstrap_values), per_row_or_none(layout, last_value),
     )
     if needs_grad(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value):
-        return tuple(layout.from_rows(result, result_dtype) for result in reference.compute_vtrace(*args))
-    if run_on_triton(rewards.device):
-        kernels().vtrace(targets_rows, advantages_rows, *args)
+        results = reference.compute_vtrace(*args)
     else:
-        reference_targets, reference_advantages = reference.compute_vtrace(*args)
-        targets_rows.copy_(reference_targets)
-        advantages_rows.copy_(reference_advantages)
-    return layout.finish(targets, targets_rows), layout.finish(advantages, advantages_rows)
+        results = _library.call(_library.vtrace, _library.vtrace_op, *args, result_dtype, layout.time_major_output)
+    return tuple(layout.from_rows(result, result_dtype) for result in results)

@@ -1,0 +1,320 @@
+"""Shared fixtures: device, backend parametrisation, seeded random rollouts, error norms.
+
+Without CUDA the Triton kernels run on CPU tensors through Triton's interpreter, which must be
+switched on before triton (and so rl_triton's kernel modules) is imported: hence the environment
+variable is set here, before anything imports rl_triton.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+
+from rl_triton import _dispatch
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+BACKENDS = ("triton", "reference")
+
+# relative error allowed against the float64 oracle, by input dtype
+TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
+# half-precision inputs: the estimators compute in float32 but store 8 (bf16) or 11 (fp16)
+# significant bits, so about 2**-8 relative error per element; 1e-2 leaves room for the norm
+HALF_TOLERANCE = 1e-2
+
+# per-step floating fields of a rollout (float64 copies of these feed the oracle)
+STEP_FIELDS = (
+    "rewards",
+    "values",
+    "next_values",
+    "bootstrap_values",
+    "log_pi_target",
+    "log_pi_behavior",
+    "probs_behavior",
+    "q_values",
+    "gradients",
+    "inputs",
+)
+FLAG_FIELDS = ("terminateds", "truncateds", "dones")
+ACTION_FIELDS = ("probs_target", "next_q_values_all")
+ROW_FIELDS = ("last_value", "seed_values")
+
+DTYPES = [pytest.param(torch.float32, id="f32"), pytest.param(torch.float64, id="f64")]
+
+# (dtype, rows, T): single- and two-step rows, a prime, both sides of the power of two 64, a long
+# row; 33 rows is one past a power-of-two row tile. float32 runs every shape, float64 a spread of
+# them (under the interpreter each shape costs seconds).
+_F32_SHAPES = [(rows, seq_len) for seq_len in (1, 2, 7, 63, 65) for rows in (1, 3, 33)] + [(1, 1000), (3, 1000)]
+_F64_SHAPES = [(1, 1), (3, 2), (33, 7), (1, 63), (3, 65), (1, 1000)]
+SHAPES = [
+    pytest.param(dtype, rows, seq_len, id=f"{name}-{rows}x{seq_len}")
+    for dtype, name, shapes in ((torch.float32, "f32", _F32_SHAPES), (torch.float64, "f64", _F64_SHAPES))
+    for rows, seq_len in shapes
+]
+# the largest shape runs once per kernel family, float32 only
+LARGEST_SHAPE = (33, 1000)
+
+# tile overrides that reach the chunked and time-split paths at small sizes: (tile kwargs, rows, T)
+TILE_CASES = [
+    # 13 chunks of 16 (the last one 8 steps), two row tiles (the second half empty), split in time
+    pytest.param({"block_rows": 2, "block_time": 16, "split": True}, 3, 200, id="r2t16-split-3x200"),
+    # the same walked chunk by chunk by one program per row tile
+    pytest.param({"block_rows": 2, "block_time": 16, "split": False}, 3, 200, id="r2t16-loop-3x200"),
+    # exactly one chunk, and one step into a second chunk
+    pytest.param({"block_rows": 1, "block_time": 16, "split": True}, 1, 16, id="r1t16-split-1x16"),
+    pytest.param({"block_rows": 4, "block_time": 16, "split": True}, 5, 17, id="r4t16-split-5x17"),
+    # fewer steps than one chunk while splitting is forced
+    pytest.param({"block_rows": 2, "block_time": 16, "split": True}, 2, 1, id="r2t16-split-2x1"),
+]
+if HAS_CUDA:
+    # 33 chunks: a look-back past one 32-chunk window, which only concurrent programs reach
+    # (the interpreter runs programs one after another, so every predecessor is already done)
+    TILE_CASES.append(pytest.param({"block_rows": 1, "block_time": 16, "split": True}, 1, 513, id="r1t16-split-1x513"))
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / max(||ref||, tiny), in float64."""
+    out = out.detach().to(torch.float64)
+    ref = ref.detach().to(torch.float64)
+    tiny = torch.finfo(torch.float64).tiny
+    return float(torch.linalg.vector_norm(out - ref) / max(float(torch.linalg.vector_norm(ref)), tiny))
+
+
+def assert_rel(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "output") -> None:
+    """out is finite, has ref's shape and is within relative error tol of ref."""
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert torch.isfinite(out).all(), f"{what}: non-finite values for finite inputs"
+    err = rel_err(out, ref)
+    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
+
+
+def outputs(result: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Every estimator's result as a tuple of tensors."""
+    return result if isinstance(result, tuple) else (result,)
+
+
+def assert_outputs_rel(result, expected, tol: float) -> None:
+    for index, (out, ref) in enumerate(zip(outputs(result), outputs(expected), strict=True)):
+        assert_rel(out, ref, tol, what=f"output {index}")
+
+
+def name_pattern(*names: str) -> str:
+    """A regex matching a message that names every one of ``names`` as a whole word."""
+    return "(?s)" + "".join(rf"(?=.*\b{re.escape(name)}\b)" for name in names)
+
+
+def broken(kwargs: dict, **changes) -> dict:
+    """``kwargs`` with some arguments replaced."""
+    return {**kwargs, **changes}
+
+
+def time_major_storage(x: torch.Tensor) -> torch.Tensor:
+    """The same [N, T(, A)] values, stored time-major (row stride 1, time stride N)."""
+    return x.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+def every_other_step(x: torch.Tensor) -> torch.Tensor:
+    """The same [N, T(, A)] values as a view with time stride 2; the skipped steps hold poison.
+
+    Poison is NaN for floating tensors, a set flag for flags and an out-of-range action index
+    for actions, so a kernel that reads a skipped step produces a wrong or NaN result.
+    """
+    shape = list(x.shape)
+    shape[1] *= 2
+    if x.dtype.is_floating_point:
+        fill = float("nan")
+    elif x.dtype in (torch.int32, torch.int64):
+        fill = -7
+    else:
+        fill = 1
+    big = torch.full(shape, fill, dtype=x.dtype, device=x.device)
+    big[:, ::2] = x
+    return big[:, ::2]
+
+
+def episode_slices(flags: torch.Tensor, boundary: str = "ends_at") -> list[slice]:
+    """The episodes of one row of flags as slices: each ends at a flagged step ("ends_at")
+    or starts at one ("starts_at")."""
+    flagged = [int(t) for t in torch.nonzero(flags != 0).flatten()]
+    seq_len = flags.shape[-1]
+    if boundary == "ends_at":
+        ends = [t + 1 for t in flagged if t + 1 < seq_len] + [seq_len]
+        starts = [0, *ends[:-1]]
+    else:
+        starts = [0, *[t for t in flagged if t > 0]]
+        ends = [*starts[1:], seq_len]
+    return [slice(start, end) for start, end in zip(starts, ends, strict=True)]
+
+
+class Snapshot:
+    """Clones of every tensor argument, to check after a call that none was modified."""
+
+    def __init__(self, kwargs: dict) -> None:
+        self.kwargs = kwargs
+        self.clones = {k: v.clone() for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+
+    def assert_unchanged(self) -> None:
+        for name, clone in self.clones.items():
+            assert torch.equal(self.kwargs[name], clone) or (
+                clone.dtype.is_floating_point
+                and torch.allclose(self.kwargs[name], clone, rtol=0, atol=0, equal_nan=True)
+            ), f"{name} was modified by the call"
+
+
+class Rollout:
+    """Random inputs for every estimator, shape ``[*batch, T]`` (``[*batch, T, A]`` per action).
+
+    Rewards, values and the like are standard normal. About 5% of steps are terminated and
+    about 5% truncated, never both at one step. bootstrap_values is non-zero exactly at
+    truncated steps and in the last column (its legal placement); last_value is that column.
+    Retrace gets a normalised positive target distribution over ``num_actions`` actions,
+    in-range actions and the positive behaviour probability of the taken action.
+    """
+
+    def __init__(
+        self,
+        gen: torch.Generator,
+        batch: tuple[int, ...],
+        seq_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        flag_dtype: torch.dtype | None = None,
+        num_actions: int = 4,
+        device: str = DEVICE,
+        term_rate: float = 0.05,
+        trunc_rate: float = 0.05,
+    ) -> None:
+        shape = (*batch, seq_len)
+        self.batch = batch
+        self.seq_len = seq_len
+        self.num_actions = num_actions
+
+        def normal(*size: int) -> torch.Tensor:
+            return torch.randn(size, generator=gen, dtype=torch.float64)
+
+        draw = torch.rand(shape, generator=gen, dtype=torch.float64)
+        terminated = draw < term_rate
+        truncated = (draw >= term_rate) & (draw < term_rate + trunc_rate)
+        bootstrap = normal(*shape) * truncated
+        bootstrap[..., -1] = normal(*batch)
+
+        target_logits = normal(*shape, num_actions)
+        behavior_logits = normal(*shape, num_actions)
+        actions = torch.randint(0, num_actions, shape, generator=gen)
+        probs_target = torch.softmax(target_logits, dim=-1)
+        probs_behavior = torch.softmax(behavior_logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        log_pi_behavior = -torch.rand(shape, generator=gen, dtype=torch.float64) * 3.0
+        # ratios exp(target - behavior) spread around 1, so clipping at rho_bar/c_bar matters
+        log_pi_target = log_pi_behavior + 0.5 * normal(*shape)
+
+        fields = {
+            "rewards": normal(*shape),
+            "values": normal(*shape),
+            "next_values": normal(*shape),
+            "bootstrap_values": bootstrap,
+            "log_pi_target": log_pi_target,
+            "log_pi_behavior": log_pi_behavior,
+            "probs_behavior": probs_behavior,
+            "q_values": normal(*shape),
+            "gradients": normal(*shape),
+            "inputs": normal(*shape),
+            "probs_target": probs_target,
+            "next_q_values_all": normal(*shape, num_actions),
+            "last_value": bootstrap[..., -1].clone(),
+            "seed_values": normal(*batch),
+        }
+        for name, value in fields.items():
+            setattr(self, name, value.to(dtype=dtype, device=device))
+        flag_dtype = dtype if flag_dtype is None else flag_dtype
+        self.terminateds = terminated.to(dtype=flag_dtype, device=device)
+        self.truncateds = truncated.to(dtype=flag_dtype, device=device)
+        self.dones = (terminated | truncated).to(dtype=flag_dtype, device=device)
+        self.actions = actions.to(device)
+
+    def as_float64(self) -> Rollout:
+        """A copy with every floating field in float64 (flags and actions unchanged): the oracle's inputs."""
+        copy = object.__new__(Rollout)
+        copy.__dict__.update(self.__dict__)
+        for name in (*STEP_FIELDS, *ACTION_FIELDS, *ROW_FIELDS):
+            setattr(copy, name, getattr(self, name).to(torch.float64))
+        return copy
+
+    def rows(self) -> Rollout:
+        """A copy with the batch dims merged into one row dim ([rows, T]), as the oracle wants."""
+        copy = object.__new__(Rollout)
+        copy.__dict__.update(self.__dict__)
+        num_rows = 1
+        for size in self.batch:
+            num_rows *= size
+        for name in (*STEP_FIELDS, *FLAG_FIELDS, "actions"):
+            setattr(copy, name, getattr(self, name).reshape(num_rows, self.seq_len))
+        for name in ACTION_FIELDS:
+            setattr(copy, name, getattr(self, name).reshape(num_rows, self.seq_len, self.num_actions))
+        for name in ROW_FIELDS:
+            setattr(copy, name, getattr(self, name).reshape(num_rows))
+        copy.batch = (num_rows,)
+        return copy
+
+    def oracle_inputs(self) -> Rollout:
+        return self.rows().as_float64()
+
+    def map(self, fn, fields=(*STEP_FIELDS, *FLAG_FIELDS, "actions")) -> Rollout:
+        """A copy with ``fn`` applied to the named fields."""
+        copy = object.__new__(Rollout)
+        copy.__dict__.update(self.__dict__)
+        for name in fields:
+            setattr(copy, name, fn(getattr(self, name)))
+        return copy
+
+
+@pytest.fixture
+def device() -> str:
+    return DEVICE
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest):
+    """Run the test body with the implementation forced to ``triton`` or ``reference``."""
+    name = request.param
+    if name == "triton" and not HAS_CUDA and not _dispatch.interpreter_enabled():
+        pytest.skip("Triton on CPU needs TRITON_INTERPRET=1 set before the test session starts")
+    with _dispatch.use_backend(name):
+        yield name
+
+
+@pytest.fixture
+def gen(request: pytest.FixtureRequest) -> torch.Generator:
+    """A CPU generator seeded from the test id: fresh data per test, reproducible per test."""
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def make_rollout(gen: torch.Generator):
+    """Factory: ``make_rollout(batch, seq_len, dtype=..., flag_dtype=..., num_actions=...)`` -> Rollout."""
+
+    def make(batch: int | tuple[int, ...], seq_len: int, **kwargs) -> Rollout:
+        batch = (batch,) if isinstance(batch, int) else tuple(batch)
+        return Rollout(gen, batch, seq_len, **kwargs)
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _no_correctness_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data-dependent checks are off unless a test switches them on."""
+    monkeypatch.delenv("RL_TRITON_CORRECTNESS_WARNINGS", raising=False)
+
+
+def small_tiles(split: bool | None = True):
+    """Tiles of 2 rows x 16 steps: chunk edges and time segments every few steps (Triton backend)."""
+    from rl_triton import _launch
+
+    return _launch.tile_override(block_rows=2, block_time=16, split=split)

@@ -1,0 +1,216 @@
+"""On the GPU: the spec's large shapes, CUDA-graph capture and replay, run-to-run determinism.
+
+The CPU suite runs the same kernels through Triton's interpreter, which executes programs one
+after another: it cannot see races between concurrent programs (the time-split look-back),
+compiled numerics or sizes beyond a few thousand elements. These tests can.
+"""
+
+import pytest
+import torch
+
+from conftest import (
+    ACTION_FIELDS,
+    FLAG_FIELDS,
+    HAS_CUDA,
+    STEP_FIELDS,
+    TOLERANCE,
+    Rollout,
+    assert_rel,
+    outputs,
+    rel_err,
+)
+from rl_triton import _dispatch, _launch, reference
+from rl_triton.ops.gae import compute_gae
+from rl_triton.ops.prefix_sum import compute_episodic_prefix_sum
+from rl_triton.ops.retrace import compute_retrace
+from rl_triton.ops.returns import compute_discounted_returns, compute_eligibility_traces, compute_lambda_returns
+from rl_triton.ops.vtrace import compute_vtrace
+
+pytestmark = pytest.mark.skipif(
+    not HAS_CUDA, reason="needs a CUDA GPU (on CPU the same kernels are tested through the Triton interpreter)"
+)
+
+
+def gae(lib, ro):
+    return lib.compute_gae(
+        ro.rewards, ro.values, ro.terminateds, ro.truncateds, 0.99, 0.95, bootstrap_values=ro.bootstrap_values
+    )
+
+
+def vtrace(lib, ro):
+    return lib.compute_vtrace(
+        ro.log_pi_target, ro.log_pi_behavior, ro.values, ro.rewards, ro.terminateds, ro.truncateds,
+        0.99, 1.2, 1.0, bootstrap_values=ro.bootstrap_values,
+    )  # fmt: skip
+
+
+def retrace(lib, ro):
+    return lib.compute_retrace(
+        ro.probs_target, ro.probs_behavior, ro.q_values, ro.next_q_values_all, ro.actions, ro.rewards,
+        ro.terminateds, ro.truncateds, 0.99, 0.9, 1.0, 1.5,
+    )  # fmt: skip
+
+
+def lambda_returns(lib, ro):
+    return lib.compute_lambda_returns(
+        ro.rewards, ro.next_values, ro.terminateds, ro.truncateds, 0.99, 0.95, ro.bootstrap_values
+    )
+
+
+def discounted_returns(lib, ro):
+    return lib.compute_discounted_returns(ro.rewards, ro.terminateds, ro.truncateds, 0.99, ro.bootstrap_values)
+
+
+def eligibility_traces(lib, ro):
+    return lib.compute_eligibility_traces(ro.gradients, ro.dones, 0.99, 0.95, ro.seed_values)
+
+
+def prefix_ends_at(lib, ro):
+    return lib.compute_episodic_prefix_sum(ro.inputs, ro.dones, ro.seed_values, boundary="ends_at")
+
+
+def prefix_starts_at(lib, ro):
+    return lib.compute_episodic_prefix_sum(ro.inputs, ro.dones, ro.seed_values, boundary="starts_at")
+
+
+class Public:
+    """The public functions, as ``lib`` for the callers above (``reference`` is the other ``lib``)."""
+
+    compute_gae = staticmethod(compute_gae)
+    compute_vtrace = staticmethod(compute_vtrace)
+    compute_retrace = staticmethod(compute_retrace)
+    compute_lambda_returns = staticmethod(compute_lambda_returns)
+    compute_discounted_returns = staticmethod(compute_discounted_returns)
+    compute_eligibility_traces = staticmethod(compute_eligibility_traces)
+    compute_episodic_prefix_sum = staticmethod(compute_episodic_prefix_sum)
+
+
+ESTIMATORS = [
+    pytest.param(gae, id="gae"),
+    pytest.param(vtrace, id="vtrace"),
+    pytest.param(retrace, id="retrace"),
+    pytest.param(lambda_returns, id="lambda_returns"),
+    pytest.param(discounted_returns, id="discounted_returns"),
+    pytest.param(eligibility_traces, id="eligibility_traces"),
+    pytest.param(prefix_ends_at, id="prefix_sum-ends_at"),
+    pytest.param(prefix_starts_at, id="prefix_sum-starts_at"),
+]
+# (rows, T, split): many rows walked by one program per row tile, and few rows split in time
+SMALL_AND_SPLIT = [
+    pytest.param(64, 300, None, id="64x300"),
+    pytest.param(2, 50_000, True, id="2x50000-split"),
+]
+
+WINDOW = 4096
+
+
+def run(estimator, ro):
+    return outputs(estimator(Public, ro))
+
+
+def oracle(estimator, ro):
+    return outputs(estimator(reference, ro.as_float64()))
+
+
+def window(ro, steps):
+    """The rollout restricted to ``steps``; a window starting mid-row gets no seed."""
+    piece = ro.map(lambda x: x[:, steps], fields=(*STEP_FIELDS, *FLAG_FIELDS, *ACTION_FIELDS, "actions"))
+    if steps.start:
+        piece.seed_values = torch.zeros_like(ro.seed_values)
+    piece.last_value = piece.bootstrap_values[:, -1].clone()
+    piece.seq_len = steps.stop - steps.start
+    return piece
+
+
+def end_episode(ro, step):
+    """Terminate the episode at ``step`` (and nothing else there)."""
+    for name in ("terminateds", "dones"):
+        getattr(ro, name)[:, step] = 1
+    ro.truncateds[:, step] = 0
+    ro.bootstrap_values[:, step] = 0
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_one_long_row(gen, estimator):
+    # N=1, T=2**22: every program of the time split waits on look-back over thousands of chunks
+    seq_len = 2**22
+    ro = Rollout(gen, (1,), seq_len, device="cuda")
+    # episodes end right before the last window and at the end of the first window, so both
+    # windows are independent of the rest of the row in either direction
+    for step in (WINDOW - 1, seq_len - WINDOW - 1, seq_len - WINDOW):
+        end_episode(ro, step)
+    ro.bootstrap_values[:, -1] = ro.last_value
+
+    out32 = run(estimator, ro)
+    out64 = run(estimator, ro.as_float64())
+    for got, exact in zip(out32, out64, strict=True):
+        assert got.dtype == torch.float32 and exact.dtype == torch.float64
+        assert_rel(got, exact, TOLERANCE[torch.float32])
+
+    for steps in (slice(0, WINDOW), slice(seq_len - WINDOW, seq_len)):
+        expected = oracle(estimator, window(ro, steps))
+        for got, exact, want in zip(out32, out64, expected, strict=True):
+            assert_rel(got[:, steps], want, TOLERANCE[torch.float32])
+            assert_rel(exact[:, steps], want, TOLERANCE[torch.float64])
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_many_short_rows(gen, estimator, dtype):
+    ro = Rollout(gen, (4096,), 128, dtype=dtype, device="cuda", num_actions=18)
+    for got, want in zip(run(estimator, ro), oracle(estimator, ro), strict=True):
+        assert_rel(got, want, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("rows, seq_len, split", SMALL_AND_SPLIT)
+def test_cuda_graph_replay(gen, estimator, rows, seq_len, split):
+    ro = Rollout(gen, (rows,), seq_len, device="cuda")
+    with _launch.tile_override(split=split):
+        eager = run(estimator, ro)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            run(estimator, ro)
+        torch.cuda.current_stream().wait_stream(stream)
+
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = run(estimator, ro)
+    for out in captured:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(captured, eager, strict=True):
+        assert torch.equal(got, want), f"replay differs from eager: relative error {rel_err(got, want):.3e}"
+
+    # new inputs copied into the captured buffers give the new results
+    fresh = Rollout(gen, (rows,), seq_len, device="cuda")
+    for name, value in vars(ro).items():
+        if isinstance(value, torch.Tensor):
+            value.copy_(getattr(fresh, name))
+    graph.replay()
+    torch.cuda.synchronize()
+    with _launch.tile_override(split=split):
+        expected = run(estimator, fresh)
+    for got, want in zip(captured, expected, strict=True):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize(
+    "rows, seq_len, split",
+    [pytest.param(4096, 128, None, id="4096x128"), pytest.param(1, 2**20, True, id="1x2^20-split")],
+)
+def test_deterministic(gen, estimator, rows, seq_len, split):
+    ro = Rollout(gen, (rows,), seq_len, device="cuda")
+    with _launch.tile_override(split=split):
+        first = run(estimator, ro)
+        for _ in range(3):
+            for got, want in zip(run(estimator, ro), first, strict=True):
+                assert torch.equal(got, want), f"run-to-run difference: relative error {rel_err(got, want):.3e}"
+
+
+def test_cuda_tensors_default_to_triton():
+    # the reference path on CUDA would be a Python loop of T small launches: never the default
+    assert _dispatch.use_triton(torch.device("cuda"))
