@@ -77,7 +77,13 @@ def matching(
 
 
 def scalar(name: str, value: object, low: float = 0.0, high: float = math.inf, include_inf: bool = False) -> float:
-    """A real number in ``[low, high]`` as a Python float, or InputError/InputTypeError."""
+    """A real number in ``[low, high]`` as a Python float, or InputError/InputTypeError.
+
+    While torch.compile traces, floats are symbolic graph inputs (so new values do not recompile)
+    and pass unchecked.
+    """
+    if torch.compiler.is_compiling():
+        return value  # type: ignore[return-value]
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise InputTypeError(f"{name}: expected a number, got a tensor of shape {tuple(value.shape)}")
