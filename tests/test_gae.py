@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
@@ -322,6 +323,10 @@ def test_out_dtype(backend, out_dtype, make_rollout):
     out = compute_gae(**gae_kwargs(ro), out_dtype=out_dtype)
     assert out.dtype == out_dtype
     assert_rel(out, oracle(ro), TOLERANCE[torch.float32] if out_dtype == torch.float64 else HALF_TOLERANCE)
+
+
+def test_public_name():
+    assert rl_triton.compute_gae is compute_gae
 
 
 def test_empty(backend, device):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
@@ -258,6 +259,10 @@ def test_out_dtype(backend, make_rollout):
     out = compute_episodic_prefix_sum(**prefix_kwargs(ro), out_dtype=torch.float64)
     assert out.dtype == torch.float64
     assert_rel(out, oracle(ro), TOLERANCE[torch.float32])
+
+
+def test_public_name():
+    assert rl_triton.compute_episodic_prefix_sum is compute_episodic_prefix_sum
 
 
 def test_empty(backend, device):

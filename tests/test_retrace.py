@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
@@ -357,6 +358,10 @@ def test_out_of_range_action_gives_nan(backend, bad_action, tiles, make_rollout)
     assert torch.isfinite(targets[[0, 2]]).all() and torch.isfinite(advantages[[0, 2]]).all()
     torch.testing.assert_close(targets.double(), expected_targets, rtol=1e-5, atol=1e-5, equal_nan=True)
     torch.testing.assert_close(advantages.double(), expected_advantages, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_public_name():
+    assert rl_triton.compute_retrace is compute_retrace
 
 
 def test_empty(backend, device):

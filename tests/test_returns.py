@@ -6,6 +6,7 @@ Float64 oracle, hand-computed values, identities, episodes, layouts, dtypes, err
 import pytest
 import torch
 
+import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
@@ -384,6 +385,12 @@ def test_out_dtype(backend, name, make_rollout):
     out = compute(**build(ro), out_dtype=torch.float64)
     assert out.dtype == torch.float64
     assert_rel(out, oracle(name, ro), TOLERANCE[torch.float32])
+
+
+def test_public_names():
+    assert rl_triton.compute_lambda_returns is compute_lambda_returns
+    assert rl_triton.compute_discounted_returns is compute_discounted_returns
+    assert rl_triton.compute_eligibility_traces is compute_eligibility_traces
 
 
 def test_empty(backend, device):

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
@@ -340,6 +341,10 @@ def test_out_dtype(backend, make_rollout):
     out = compute_vtrace(**vtrace_kwargs(ro), out_dtype=torch.float64)
     assert all(x.dtype == torch.float64 for x in out)
     assert_outputs_rel(out, oracle(ro), TOLERANCE[torch.float32])
+
+
+def test_public_name():
+    assert rl_triton.compute_vtrace is compute_vtrace
 
 
 def test_empty(backend, device):
