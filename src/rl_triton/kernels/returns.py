@@ -40,7 +40,7 @@ def returns_kernel(
     # G[T] = bootstrap_values[:, T-1]
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_BOOTSTRAP:
-        last = rows * s_boot_row + (seq_len - 1).to(tl.int64) * s_boot_time
+        last = rows * s_boot_row + tl.cast(seq_len - 1, tl.int64) * s_boot_time
         carry = tl.load(bootstrap_ptr + last, mask=row_ok, other=0.0).to(DTYPE)
     for i in range(my_chunks):
         steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
