@@ -59,7 +59,8 @@ SHAPES = [
     for dtype, name, shapes in ((torch.float32, "f32", _F32_SHAPES), (torch.float64, "f64", _F64_SHAPES))
     for rows, seq_len in shapes
 ]
-# the largest shape runs once per kernel family, float32 only
+# the largest shape costs seconds under the interpreter: it runs once per scan direction, in
+# test_gae (backward) and test_prefix_sum (forward), float32 only
 LARGEST_SHAPE = (33, 1000)
 
 # tile overrides that reach the chunked and time-split paths at small sizes: (tile kwargs, rows, T)

@@ -24,7 +24,7 @@ def test_ppo_loss_compiles_fullgraph_and_matches_eager() -> None:
     last_value = torch.randn(shape[0], generator=g).to(DEVICE)
     logp = torch.randn(shape, generator=g).to(DEVICE).requires_grad_(True)
     compiled = torch.compile(_ppo_loss, fullgraph=True)
-    for gamma in (0.99, 0.9):  # a new gamma is a new input value, not a new graph
+    for gamma in (0.99, 0.9):
         eager = _ppo_loss(logp, logp_old, rewards, values, terminated, last_value, gamma)
         traced = compiled(logp, logp_old, rewards, values, terminated, last_value, gamma)
         torch.testing.assert_close(traced, eager, rtol=1e-5, atol=1e-6)

@@ -3,8 +3,9 @@
 Eager calls run the implementations below directly: no dispatcher on the hot path. Under
 ``torch.compile`` the public functions call the registered ``rl_triton::<name>`` ops instead,
 which the compiler treats as opaque kernels with fake (meta) implementations, so a function
-calling any estimator traces with ``fullgraph=True``; gamma, lambda and the clips are op
-arguments, not constants, so changing them does not recompile the Triton kernels.
+calling any estimator traces with ``fullgraph=True``; gamma, lambda and the clips are runtime
+kernel arguments, so changing them never recompiles a Triton kernel (torch.compile re-traces
+its graph once per distinct float value passed to a custom op).
 
 Each op returns fresh ``[rows, T]`` tensors, time-last in memory or, with ``time_major``,
 time-first (the layout of time-major user buffers).
