@@ -39,7 +39,12 @@ if torch.cuda.is_available():
 PY
 
 echo "== tests"
-"$PYTHON" -m pytest tests -q -x 2>&1 | tee "$OUT/tests.log"
+# pytest-xdist, where present, spreads the suite over the machine's cores
+parallel_args=()
+if "$PYTHON" -c "import xdist" 2>/dev/null; then
+    parallel_args=(-n 8)
+fi
+"$PYTHON" -m pytest tests -q "${parallel_args[@]}" 2>&1 | tee "$OUT/tests.log"
 tests_status=${PIPESTATUS[0]}
 
 echo "== benchmark"
