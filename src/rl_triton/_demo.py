@@ -67,6 +67,19 @@ def _normal(shape: tuple[int, ...], device: torch.device, generator: torch.Gener
     return torch.randn(shape, device=device, generator=generator)
 
 
+def _window_end(
+    with_truncations: bool, terminated: torch.Tensor, truncated: torch.Tensor, generator: torch.Generator,
+    flag_dtype: torch.dtype,
+) -> Inputs:
+    """``last_value`` alone, or ``truncateds`` with ``bootstrap_values`` at truncated steps and the last column."""
+    if not with_truncations:
+        return {"last_value": _normal(terminated.shape[:1], terminated.device, generator)}
+    return {
+        "truncateds": truncated.to(flag_dtype),
+        "bootstrap_values": _bootstrap_values(terminated, truncated, generator),
+    }
+
+
 def _gae_inputs(with_truncations: bool) -> Callable[..., Inputs]:
     def make(
         num_envs: int, seq_len: int, device: torch.device, generator: torch.Generator, flag_dtype: torch.dtype
@@ -79,12 +92,7 @@ def _gae_inputs(with_truncations: bool) -> Callable[..., Inputs]:
             "gamma": GAMMA,
             "lambda_": LAMBDA,
         }
-        if not with_truncations:
-            inputs["last_value"] = _normal((num_envs,), device, generator)
-        else:
-            inputs["truncateds"] = truncated.to(flag_dtype)
-            inputs["bootstrap_values"] = _bootstrap_values(terminated, truncated, generator)
-        return inputs
+        return inputs | _window_end(with_truncations, terminated, truncated, generator, flag_dtype)
 
     return make
 
@@ -106,12 +114,7 @@ def _vtrace_inputs(with_truncations: bool) -> Callable[..., Inputs]:
             "terminateds": terminated.to(flag_dtype),
             "gamma": GAMMA,
         }
-        if not with_truncations:
-            inputs["last_value"] = _normal((num_envs,), device, generator)
-        else:
-            inputs["truncateds"] = truncated.to(flag_dtype)
-            inputs["bootstrap_values"] = _bootstrap_values(terminated, truncated, generator)
-        return inputs
+        return inputs | _window_end(with_truncations, terminated, truncated, generator, flag_dtype)
 
     return make
 
