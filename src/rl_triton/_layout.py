@@ -26,6 +26,9 @@ class RowLayout:
         self.batch_shape = shape[: self.time_dim] + shape[self.time_dim + 1 :]
         self.num_rows = math.prod(self.batch_shape)
         self.primary_name = primary_name
+        # [num_envs, T] and [T, num_envs] need no dimension shuffling: the common cases stay cheap
+        self._rows_are_input = len(shape) == 2 and self.time_dim == 1
+        self._rows_are_transpose = len(shape) == 2 and self.time_dim == 0
         # outputs are dense in the inputs' dimension order when time comes first or last: time-major
         # ([T, *batch]) outputs are written time-first; with time between batch dimensions they are
         # written time-last and returned as a permuted view
@@ -42,6 +45,10 @@ class RowLayout:
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """``[rows, T]`` view of a per-step tensor of ``self.shape``."""
+        if self._rows_are_input:
+            return x
+        if self._rows_are_transpose:
+            return x.t()
         return x.movedim(self.time_dim, -1).reshape(self.num_rows, self.seq_len)
 
     def rows_with_actions(self, x: torch.Tensor) -> torch.Tensor:
@@ -58,4 +65,10 @@ class RowLayout:
 
     def from_rows(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A ``[rows, T]`` result as a tensor of ``self.shape`` in ``dtype`` (differentiable; may be a view)."""
-        return rows.to(dtype).view(*self.batch_shape, self.seq_len).movedim(-1, self.time_dim)
+        if rows.dtype != dtype:
+            rows = rows.to(dtype)
+        if self._rows_are_input:
+            return rows
+        if self._rows_are_transpose:
+            return rows.t()
+        return rows.view(*self.batch_shape, self.seq_len).movedim(-1, self.time_dim)
