@@ -158,6 +158,17 @@ def _float_arg(value: float) -> object:
     return tl.tensor(TensorHandle(np.array([value], dtype=np.float64), tl.float64), tl.float64)
 
 
+def _bootstrap_arg(
+    bootstrap_values: torch.Tensor | None, last_value: torch.Tensor | None
+) -> tuple[torch.Tensor | None, int, tuple[int, int]]:
+    """(tensor, BOOTSTRAP mode, (row, time) strides) of GAE's and V-trace's bootstrap input."""
+    if last_value is not None:
+        return last_value, BOOTSTRAP_LAST, (last_value.stride(0), 0)
+    if bootstrap_values is not None:
+        return bootstrap_values, BOOTSTRAP_FULL, (bootstrap_values.stride(0), bootstrap_values.stride(1))
+    return None, BOOTSTRAP_NONE, (0, 0)
+
+
 def _compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
@@ -197,12 +208,7 @@ def gae(
     dtype = _compute_dtype(rewards, values, bootstrap_values, last_value)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
-    if last_value is not None:
-        bootstrap, mode, boot_strides = last_value, BOOTSTRAP_LAST, (last_value.stride(0), 0)
-    elif bootstrap_values is not None:
-        bootstrap, mode, boot_strides = bootstrap_values, BOOTSTRAP_FULL, bootstrap_values.stride()
-    else:
-        bootstrap, mode, boot_strides = None, BOOTSTRAP_NONE, (0, 0)
+    bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     gae_kernel[plan.grid](
         rewards, values, terminateds, truncateds, bootstrap, advantages,
         status, aggregates, prefixes, counter,
@@ -233,12 +239,7 @@ def vtrace(
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
-    if last_value is not None:
-        bootstrap, mode, boot_strides = last_value, BOOTSTRAP_LAST, (last_value.stride(0), 0)
-    elif bootstrap_values is not None:
-        bootstrap, mode, boot_strides = bootstrap_values, BOOTSTRAP_FULL, bootstrap_values.stride()
-    else:
-        bootstrap, mode, boot_strides = None, BOOTSTRAP_NONE, (0, 0)
+    bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
         raise RuntimeError("vtrace outputs must share one layout")
     vtrace_kernel[plan.grid](
