@@ -193,11 +193,11 @@ def episodic_scan(
         return layout.empty(result_dtype, inputs.device)
     input_rows, done_rows, seed_rows = layout.rows(inputs), layout.rows(dones), per_row_or_none(layout, seed_values)
     if needs_grad(inputs, seed_values):
-        if reset_after_flag and inputs_name == "gradients":
+        # resetting after the flag with any decay is the eligibility-trace recurrence ("ends_at" is decay 1)
+        if reset_after_flag:
             result = reference.compute_eligibility_traces(input_rows, done_rows, decay, 1.0, seed_rows)
         else:
-            boundary = "ends_at" if reset_after_flag else "starts_at"
-            result = reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, boundary)
+            result = reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, "starts_at")
     else:
         result = _library.call(
             _library.episodic_scan, _library.episodic_scan_op, input_rows, done_rows, seed_rows, decay,
