@@ -34,6 +34,7 @@ _MIN_TILE_ELEMENTS = 128
 # time-major buffers are read as tiles of many rows and few steps, so each warp reads along rows
 _TIME_MAJOR_BLOCK_TIME = 16
 _TIME_MAJOR_TILE_ELEMENTS = 2048
+_TIME_MAJOR_ELEMENTS_PER_WARP = 512
 # predecessors inspected per look-back step
 _LOOKBACK_WINDOW = 32
 
@@ -48,6 +49,11 @@ class TilePlan:
     num_warps: int
     num_stages: int
     window: int
+
+    @property
+    def prefetch(self) -> bool:
+        """Whether a program walks several chunks and so loads each next chunk ahead."""
+        return not self.split and self.num_chunks > 1
 
     @property
     def grid(self) -> tuple[int]:
@@ -123,7 +129,10 @@ def plan_tiles(
     num_row_tiles = triton.cdiv(num_rows, block_rows)
     num_chunks = triton.cdiv(seq_len, block_time)
     split = split and num_chunks > 1
-    elements_per_warp = 128 if heavy or split else 256
+    # programs that walk several chunks hold two chunks' loads at once
+    elements_per_warp = 128 if heavy or split or num_chunks > 1 else 256
+    if time_major and not split:
+        elements_per_warp = _TIME_MAJOR_ELEMENTS_PER_WARP
     num_warps = _override.num_warps or max(1, min(8, block_rows * block_time // elements_per_warp))
     num_stages = _override.num_stages or 1
     window = _override.window or _LOOKBACK_WINDOW
@@ -216,7 +225,7 @@ def gae(
         *rewards.stride(), *values.stride(), *terminateds.stride(), *_strides(truncateds),
         *boot_strides, *advantages.stride(),
         *map(_float_arg, (gamma, lambda_)),
-        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, **_meta(plan, dtype),
+        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, **_meta(plan, dtype),
     )
 
 
@@ -250,7 +259,7 @@ def vtrace(
         *log_pi_target.stride(), *log_pi_behavior.stride(), *values.stride(), *rewards.stride(),
         *terminateds.stride(), *_strides(truncateds), *boot_strides, *targets.stride(),
         *map(_float_arg, (gamma, rho_bar, c_bar)),
-        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, **_meta(plan, dtype),
+        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, **_meta(plan, dtype),
     )
 
 
@@ -314,7 +323,7 @@ def returns(
         *_strides(bootstrap_values), *out.stride(),
         *map(_float_arg, (gamma, lambda_)),
         HAS_NEXT_VALUES=next_values is not None, HAS_TRUNCATED=truncateds is not None,
-        HAS_BOOTSTRAP=bootstrap_values is not None, **_meta(plan, dtype),
+        HAS_BOOTSTRAP=bootstrap_values is not None, PREFETCH=plan.prefetch, **_meta(plan, dtype),
     )
 
 
@@ -337,7 +346,8 @@ def episodic_scan(
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
-        HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, **_meta(plan, dtype),
+        HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, PREFETCH=plan.prefetch,
+        **_meta(plan, dtype),
     )
 
 

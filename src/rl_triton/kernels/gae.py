@@ -5,7 +5,7 @@ import triton.language as tl
 
 from rl_triton.kernels.scan import (
     chunk_carry,
-    chunk_steps,
+    chunk_window,
     claim_work,
     last_column,
     load_flag,
@@ -24,10 +24,10 @@ BOOTSTRAP_FULL = 2
 @triton.jit
 def next_state_value(
     values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time, last_value,
-    rows, steps, mask, row_ok, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    rows, steps, mask, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
 ):
     """v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t], values[T] := 0."""
-    next_ok = row_ok[:, None] & (steps + 1 < seq_len)[None, :]
+    next_ok = mask & (steps + 1 < seq_len)[None, :]
     value_next = load_tile(values_ptr, rows, s_values_row, steps + 1, s_values_time, next_ok, 0.0, DTYPE)
     if HAS_TRUNCATED:
         value_next = value_next * (1.0 - truncated)
@@ -40,6 +40,27 @@ def next_state_value(
 
 
 @triton.jit
+def gae_chunk_inputs(
+    rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
+    s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
+    s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
+    rows, steps, mask, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """The loads of one chunk: rewards, values, flags and the next state's value."""
+    reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
+    value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
+    terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+    truncated = tl.zeros_like(terminated)
+    if HAS_TRUNCATED:
+        truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+    value_next = next_state_value(
+        values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
+        last_value, rows, steps, mask, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
+    )
+    return reward, value, terminated, truncated, value_next
+
+
+@triton.jit
 def gae_kernel(
     rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, advantages_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
@@ -47,7 +68,7 @@ def gae_kernel(
     s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
     s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time,
     gamma: tl.float64, lambda_: tl.float64,
-    HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
@@ -58,19 +79,20 @@ def gae_kernel(
     if BOOTSTRAP == 1:
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    reward, value, terminated, truncated, value_next = gae_chunk_inputs(
+        rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
+        s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
+        s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, steps, mask, seq_len,
+        HAS_TRUNCATED, BOOTSTRAP, DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
-        mask = row_ok[:, None] & (steps < seq_len)[None, :]
-        reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
-        value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
-        terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
-        truncated = tl.zeros_like(terminated)
-        if HAS_TRUNCATED:
-            truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
-        value_next = next_state_value(
-            values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
-            last_value, rows, steps, mask, row_ok, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
-        )
+        if PREFETCH:
+            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            next_inputs = gae_chunk_inputs(
+                rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
+                s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
+                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, next_steps, next_mask, seq_len,
+                HAS_TRUNCATED, BOOTSTRAP, DTYPE)
         delta = reward + discount * (1.0 - terminated) * value_next - value
         decay = trace_decay * (1.0 - tl.maximum(terminated, truncated))
         # steps past the end of the sequence are identity steps (0, 1) of the recurrence
@@ -82,3 +104,6 @@ def gae_kernel(
         advantage = scan_a + scan_b * carry[:, None]
         store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
         carry = last_column(advantage, BLOCK_TIME)
+        if PREFETCH:
+            reward, value, terminated, truncated, value_next = next_inputs
+            steps, mask = next_steps, next_mask

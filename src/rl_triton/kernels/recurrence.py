@@ -10,7 +10,7 @@ import triton.language as tl
 
 from rl_triton.kernels.scan import (
     chunk_carry,
-    chunk_steps,
+    chunk_window,
     claim_work,
     last_column,
     load_tile,
@@ -26,7 +26,7 @@ def linear_recurrence_kernel(
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
     num_rows, seq_len, num_chunks, num_row_tiles,
     s_a_row, s_a_time, s_b_row, s_b_time, s_carry_row, s_out_row, s_out_time,
-    HAS_CARRY: tl.constexpr, BACKWARD: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_CARRY: tl.constexpr, BACKWARD: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
@@ -34,14 +34,14 @@ def linear_recurrence_kernel(
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_CARRY:
         carry = tl.load(carry_ptr + rows * s_carry_row, mask=row_ok, other=0.0).to(DTYPE)
+    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD)
+    a = load_tile(a_ptr, rows, s_a_row, steps, s_a_time, mask, 0.0, DTYPE)
+    b = load_tile(b_ptr, rows, s_b_row, steps, s_b_time, mask, 1.0, DTYPE)
     for i in range(my_chunks):
-        if BACKWARD:
-            steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
-        else:
-            steps = chunk_steps(order + i, BLOCK_TIME, False)
-        mask = row_ok[:, None] & (steps < seq_len)[None, :]
-        a = load_tile(a_ptr, rows, s_a_row, steps, s_a_time, mask, 0.0, DTYPE)
-        b = load_tile(b_ptr, rows, s_b_row, steps, s_b_time, mask, 1.0, DTYPE)
+        if PREFETCH:
+            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD)
+            next_a = load_tile(a_ptr, rows, s_a_row, next_steps, s_a_time, next_mask, 0.0, DTYPE)
+            next_b = load_tile(b_ptr, rows, s_b_row, next_steps, s_b_time, next_mask, 1.0, DTYPE)
         scan_a, scan_b = scan(a, b)
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
@@ -50,3 +50,5 @@ def linear_recurrence_kernel(
         x = scan_a + scan_b * carry[:, None]
         store_tile(out_ptr, rows, s_out_row, steps, s_out_time, x, mask)
         carry = last_column(x, BLOCK_TIME)
+        if PREFETCH:
+            a, b, steps, mask = next_a, next_b, next_steps, next_mask

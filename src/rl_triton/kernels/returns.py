@@ -9,7 +9,7 @@ import triton.language as tl
 
 from rl_triton.kernels.scan import (
     chunk_carry,
-    chunk_steps,
+    chunk_window,
     claim_work,
     last_column,
     load_flag,
@@ -21,6 +21,28 @@ from rl_triton.kernels.scan import (
 
 
 @triton.jit
+def returns_chunk_inputs(
+    rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
+    s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
+    s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, steps, mask,
+    HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """The loads of one chunk; tensors a call does not pass are zeros."""
+    rewards = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
+    terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+    truncated = tl.zeros_like(terminated)
+    if HAS_TRUNCATED:
+        truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+    next_value = tl.zeros_like(rewards)
+    if HAS_NEXT_VALUES:
+        next_value = load_tile(next_values_ptr, rows, s_next_row, steps, s_next_time, mask, 0.0, DTYPE)
+    bootstrap = tl.zeros_like(rewards)
+    if HAS_TRUNCATED and HAS_BOOTSTRAP:
+        bootstrap = load_tile(bootstrap_ptr, rows, s_boot_row, steps, s_boot_time, mask, 0.0, DTYPE)
+    return rewards, terminated, truncated, next_value, bootstrap
+
+
+@triton.jit
 def returns_kernel(
     rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, returns_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
@@ -29,8 +51,8 @@ def returns_kernel(
     s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time,
     gamma: tl.float64, lambda_: tl.float64,
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr,
-    SPLIT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
-    DTYPE: tl.constexpr,
+    SPLIT: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
+    WINDOW: tl.constexpr, DTYPE: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -42,20 +64,24 @@ def returns_kernel(
     if HAS_BOOTSTRAP:
         last = rows * s_boot_row + tl.cast(seq_len - 1, tl.int64) * s_boot_time
         carry = tl.load(bootstrap_ptr + last, mask=row_ok, other=0.0).to(DTYPE)
+    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    inputs, terminated, truncated, next_value, bootstrap = returns_chunk_inputs(
+        rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
+        s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
+        s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, steps, mask,
+        HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
-        mask = row_ok[:, None] & (steps < seq_len)[None, :]
-        inputs = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
-        terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
-        truncated = tl.zeros_like(terminated)
-        if HAS_TRUNCATED:
-            truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        if PREFETCH:
+            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            next_inputs = returns_chunk_inputs(
+                rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
+                s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
+                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, next_steps, next_mask,
+                HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE)
         not_done = 1.0 - tl.maximum(terminated, truncated)
         if HAS_NEXT_VALUES:
-            next_value = load_tile(next_values_ptr, rows, s_next_row, steps, s_next_time, mask, 0.0, DTYPE)
             inputs += value_weight * not_done * next_value
         if HAS_TRUNCATED and HAS_BOOTSTRAP:
-            bootstrap = load_tile(bootstrap_ptr, rows, s_boot_row, steps, s_boot_time, mask, 0.0, DTYPE)
             inputs += discount * truncated * bootstrap
         scan_a, scan_b = scan(tl.where(mask, inputs, 0.0), tl.where(mask, trace_decay * not_done, 1.0))
         if SPLIT:
@@ -65,3 +91,6 @@ def returns_kernel(
         returns = scan_a + scan_b * carry[:, None]
         store_tile(returns_ptr, rows, s_out_row, steps, s_out_time, returns, mask)
         carry = last_column(returns, BLOCK_TIME)
+        if PREFETCH:
+            inputs, terminated, truncated, next_value, bootstrap = next_inputs
+            steps, mask = next_steps, next_mask

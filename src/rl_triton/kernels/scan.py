@@ -11,6 +11,11 @@ When rows are too few to fill the GPU, time is split too: each program takes one
 program that has already started), publishes the chunk's aggregate map ``x_in -> x_out``,
 looks back over its predecessors' aggregates and inclusive prefixes (a window at a time) for
 its carry, publishes its own inclusive prefix and finishes. One pass over the data.
+
+A program that walks several chunks (``PREFETCH``) issues the loads of chunk ``i + 1`` before it
+scans chunk ``i``: Triton does not pipeline loads that feed registers, and without this every
+program waits for its loads, then computes, in lock step with all others (measured on an H200:
+GAE at 4096x4096 went from 42% to 68% of the copy bandwidth).
 """
 
 import triton
@@ -50,6 +55,22 @@ def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
     if BACKWARD:
         lanes = BLOCK_TIME - 1 - lanes
     return tl.cast(chunk, tl.int64) * BLOCK_TIME + lanes
+
+
+@triton.jit
+def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
+    """Time indices and in-range mask of the chunk at ``position`` in processing order.
+
+    Positions past the last chunk give an all-false mask, so the prefetch of "the chunk after the
+    last one" reads nothing.
+    """
+    if BACKWARD:
+        chunk = num_chunks - 1 - position
+    else:
+        chunk = position
+    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD)
+    mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
+    return steps, mask
 
 
 @triton.jit

@@ -6,7 +6,7 @@ import triton.language as tl
 from rl_triton.kernels.gae import next_state_value
 from rl_triton.kernels.scan import (
     chunk_carry,
-    chunk_steps,
+    chunk_window,
     claim_work,
     last_column,
     load_flag,
@@ -15,6 +15,29 @@ from rl_triton.kernels.scan import (
     store_tile,
     tile_rows,
 )
+
+
+@triton.jit
+def vtrace_chunk_inputs(
+    log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
+    last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
+    s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
+    rows, steps, mask, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """The loads of one chunk: log-probabilities, rewards, values, flags and the next state's value."""
+    log_target = load_tile(log_target_ptr, rows, s_target_row, steps, s_target_time, mask, 0.0, DTYPE)
+    log_behavior = load_tile(log_behavior_ptr, rows, s_behavior_row, steps, s_behavior_time, mask, 0.0, DTYPE)
+    reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
+    value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
+    terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+    truncated = tl.zeros_like(terminated)
+    if HAS_TRUNCATED:
+        truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+    value_next = next_state_value(
+        values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
+        last_value, rows, steps, mask, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
+    )
+    return log_target, log_behavior, reward, value, terminated, truncated, value_next
 
 
 @triton.jit
@@ -27,7 +50,7 @@ def vtrace_kernel(
     s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
     s_boot_row, s_boot_time, s_out_row, s_out_time,
     gamma: tl.float64, rho_bar: tl.float64, c_bar: tl.float64,
-    HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
@@ -39,21 +62,21 @@ def vtrace_kernel(
     if BOOTSTRAP == 1:
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    log_target, log_behavior, reward, value, terminated, truncated, value_next = vtrace_chunk_inputs(
+        log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
+        last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
+        s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
+        rows, steps, mask, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE)
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
-        mask = row_ok[:, None] & (steps < seq_len)[None, :]
-        log_target = load_tile(log_target_ptr, rows, s_target_row, steps, s_target_time, mask, 0.0, DTYPE)
-        log_behavior = load_tile(log_behavior_ptr, rows, s_behavior_row, steps, s_behavior_time, mask, 0.0, DTYPE)
-        reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
-        value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
-        terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
-        truncated = tl.zeros_like(terminated)
-        if HAS_TRUNCATED:
-            truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
-        value_next = next_state_value(
-            values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
-            last_value, rows, steps, mask, row_ok, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
-        )
+        if PREFETCH:
+            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            next_inputs = vtrace_chunk_inputs(
+                log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr,
+                bootstrap_ptr, last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time,
+                s_values_row, s_values_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time,
+                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, next_steps, next_mask, seq_len,
+                HAS_TRUNCATED, BOOTSTRAP, DTYPE)
         ratio = tl.exp(log_target - log_behavior)
         rho = tl.minimum(ratio, rho_clip, propagate_nan=tl.PropagateNan.ALL)
         trace = tl.minimum(ratio, c_clip, propagate_nan=tl.PropagateNan.ALL)
@@ -74,3 +97,6 @@ def vtrace_kernel(
         store_tile(targets_ptr, rows, s_out_row, steps, s_out_time, correction + value, mask)
         store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
         carry = last_column(correction, BLOCK_TIME)
+        if PREFETCH:
+            log_target, log_behavior, reward, value, terminated, truncated, value_next = next_inputs
+            steps, mask = next_steps, next_mask
