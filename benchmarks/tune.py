@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/tune.py [--estimators gae,vtrace] [--quick]
 
 Prints one row per (estimator, shape, plan): relative error, device time, GB/s, % of copy.
+Plans: ``--plans default,1x512x2,1x4096x8xs,v1`` (see plan_override).
 """
 
 from __future__ import annotations
@@ -131,6 +132,23 @@ def graph_time_ms(fn, sets: list) -> float:
     return statistics.median(times)
 
 
+def plan_override(plan: str) -> dict:
+    """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
+    ``vN`` steps per vector load (1 turns vector loads off)."""
+    kw: dict = {}
+    numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
+    for token in plan.split("x"):
+        if token.isdigit():
+            kw[numbers.pop(0)] = int(token)
+        elif token in ("s", "n"):
+            kw["split"] = token == "s"
+        elif token.startswith("w"):
+            kw["window"] = int(token[1:])
+        elif token.startswith("v"):
+            kw["vec"] = int(token[1:])
+    return kw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--estimators", default="gae")
@@ -141,8 +159,7 @@ def main() -> None:
     ceiling = copy_ceiling()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s")
-    plans = [None] + [tuple(int(v) if v not in ("s", "n") else v for v in p.split("x"))
-                      for p in args.plans.split(",") if p != "default"]
+    plans = [None] + [p for p in args.plans.split(",") if p != "default"]
     shapes = SHAPES if args.shapes == "all" else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     rows = []
     for name in args.estimators.split(","):
@@ -166,12 +183,8 @@ def main() -> None:
                 double["low"] = {k: (x.double() if x.is_floating_point() else x) for k, x in double["low"].items()}
             ref = tuple(o.double() for o in as_tuple(calls(double)[name][0]()))
             for plan in plans:
-                kw = {} if plan is None else {"block_rows": plan[0], "block_time": plan[1],
-                                              "num_warps": plan[2] if len(plan) > 2 else None,
-                                              "num_stages": plan[3] if len(plan) > 3 else None,
-                                              "split": None if len(plan) < 5 else plan[4] == "s",
-                                              "window": plan[5] if len(plan) > 5 else None}
-                label = "default" if plan is None else "x".join(str(p) for p in plan)
+                kw = {} if plan is None else plan_override(plan)
+                label = "default" if plan is None else plan
                 try:
                     with _launch.tile_override(**kw):
                         t0 = time.perf_counter()

@@ -1,9 +1,12 @@
 """Gradients of every estimator w.r.t. its floating inputs, by float64 gradcheck on every backend.
 
-The differentiable path composes each estimator from elementwise PyTorch and the linear
-recurrence op, whose backward is the adjoint recurrence on the same engine; gradcheck compares
-those analytic gradients with finite differences. Small tiles force several chunks and the
-time-split look-back into both the forward and the adjoint scans.
+The differentiable path composes most estimators from elementwise PyTorch and the linear
+recurrence op, whose backward is the adjoint recurrence on the same engine; GAE, lambda-returns
+and discounted returns run fused on the Triton backend instead (their own forward kernel and one
+adjoint kernel that writes every input gradient). gradcheck compares the analytic gradients with
+finite differences, and the fused gradients are also compared with the reference composition's.
+Small tiles force several chunks and the time-split look-back into both the forward and the
+adjoint scans.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import torch
 
 import rl_triton
 from conftest import DEVICE
-from rl_triton import _launch
+from rl_triton import _autograd, _dispatch, _launch, reference
 
 # small: gradcheck runs the estimator twice per input element (seconds each under the interpreter)
 ROWS, STEPS, ACTIONS = 2, 7, 3
@@ -121,3 +124,223 @@ def test_gae_gradient_by_hand() -> None:
     advantage.sum().backward()
     assert advantage.item() == pytest.approx(0.5 + 0.9 * 2.0 - 0.25)
     assert (r.grad.item(), v.grad.item(), last.grad.item()) == pytest.approx((1.0, -1.0, 0.9))
+
+
+# ----- the fused GAE and return gradients (Triton backend) against the reference composition -----
+
+FUSED_ESTIMATORS = {
+    # name -> (call(library, flags, **differentiable), differentiable input names)
+    "gae": (lambda lib, f, r, v, b: lib.compute_gae(r, v, f["term"], f["trunc"], 0.9, 0.8, b), ("r", "v", "boot")),
+    "gae_no_truncateds": (
+        lambda lib, f, r, v, b: lib.compute_gae(r, v, f["term"], None, 0.9, 0.8, b),
+        ("r", "v", "boot"),
+    ),
+    "gae_last_value": (
+        lambda lib, f, r, v, lv: lib.compute_gae(r, v, f["term"], None, 0.9, 0.8, last_value=lv),
+        ("r", "v", "last"),
+    ),
+    "lambda_returns": (
+        lambda lib, f, r, nv, b: lib.compute_lambda_returns(r, nv, f["term"], f["trunc"], 0.9, 0.8, b),
+        ("r", "nv", "boot"),
+    ),
+    "lambda_returns_no_truncateds": (
+        lambda lib, f, r, nv, b: lib.compute_lambda_returns(r, nv, f["term"], None, 0.9, 0.8, b),
+        ("r", "nv", "boot"),
+    ),
+    "lambda_returns_no_bootstrap": (
+        lambda lib, f, r, nv: lib.compute_lambda_returns(r, nv, f["term"], f["trunc"], 0.9, 0.8),
+        ("r", "nv"),
+    ),
+    "discounted_returns": (
+        lambda lib, f, r, b: lib.compute_discounted_returns(r, f["term"], f["trunc"], 0.9, b),
+        ("r", "boot"),
+    ),
+    "discounted_returns_no_bootstrap": (lambda lib, f, r: lib.compute_discounted_returns(r, f["term"], None, 0.9),
+                                        ("r",)),
+}
+
+# (block_rows, split) of the small tiles; their chunks are 4 steps long up to 8 steps, 16 beyond
+FUSED_TILES = [
+    pytest.param(None, id="default-plan"),
+    # several chunks walked one after another by each program (with the next chunk prefetched)
+    pytest.param((2, False), id="loop"),
+    # one chunk per program, carries by look-back
+    pytest.param((1, True), id="split-r1"),
+    pytest.param((2, True), id="split-r2"),
+]
+FUSED_SHAPES = [(1, 1), (2, 2), (3, 7), (2, 65)]
+
+
+def _small_tiles(tiles: tuple[int, bool] | None, seq_len: int):
+    if tiles is None:
+        return _launch.tile_override()
+    block_rows, split = tiles
+    return _launch.tile_override(block_rows=block_rows, block_time=4 if seq_len <= 8 else 16, split=split)
+
+
+def _fused_inputs(gen: torch.Generator, num_rows: int, seq_len: int, time_major: bool = False) -> tuple[dict, dict]:
+    """(flags, float64 leaves): ~5% terminated and ~5% truncated steps, never both; legal bootstrap values."""
+    draw = torch.rand(num_rows, seq_len, generator=gen)
+    terminated, truncated = draw < 0.05, (draw >= 0.05) & (draw < 0.10)
+    # one of each at least, wherever there is room, so every gradient term is reached
+    if seq_len > 2:
+        terminated[0, 1], truncated[0, 1] = False, True
+        terminated[-1, seq_len - 2], truncated[-1, seq_len - 2] = True, False
+    bootstrap = torch.randn(num_rows, seq_len, generator=gen, dtype=torch.float64) * truncated
+    bootstrap[:, -1] = torch.randn(num_rows, generator=gen, dtype=torch.float64)
+
+    def place(x: torch.Tensor) -> torch.Tensor:
+        # time-major buffers: [T, rows] in memory, passed as the [rows, T] transpose
+        return x.t().contiguous().t().to(DEVICE) if time_major else x.to(DEVICE)
+
+    leaves = {
+        "r": torch.randn(num_rows, seq_len, generator=gen, dtype=torch.float64),
+        "v": torch.randn(num_rows, seq_len, generator=gen, dtype=torch.float64),
+        "nv": torch.randn(num_rows, seq_len, generator=gen, dtype=torch.float64) * ~truncated,
+        "boot": bootstrap,
+        "last": bootstrap[:, -1].clone(),
+    }
+    flags = {"term": place(terminated), "trunc": place(truncated)}
+    return flags, {name: place(x).requires_grad_(True) for name, x in leaves.items()}
+
+
+def _oracle_gradients(call, flags: dict, inputs: list[torch.Tensor], grad_output: torch.Tensor):
+    """Output and float64 gradients of the reference composition run by plain loops."""
+    detached = [x.detach().clone().requires_grad_(True) for x in inputs]
+    with _dispatch.use_backend("reference"):
+        out = call(reference, flags, *detached)
+        return out, torch.autograd.grad(out, detached, grad_output)
+
+
+MAIN_FUSED_ESTIMATORS = ["gae", "gae_last_value", "lambda_returns", "discounted_returns"]
+# every variant on the default plan; the main ones also on small tiles (the largest shape on each)
+FUSED_CASES = [
+    pytest.param(estimator, num_rows, seq_len, tiles.values[0], id=f"{estimator}-{num_rows}x{seq_len}-{tiles.id}")
+    for estimator in FUSED_ESTIMATORS
+    for num_rows, seq_len in FUSED_SHAPES
+    for tiles in FUSED_TILES
+    if tiles.values[0] is None
+    or (estimator in MAIN_FUSED_ESTIMATORS and seq_len > 1 and (tiles.id != "split-r2" or seq_len == 65))
+]
+
+
+@pytest.mark.parametrize(("estimator", "num_rows", "seq_len", "tiles"), FUSED_CASES)
+def test_fused_gradients_match_reference(backend, gen, estimator: str, num_rows: int, seq_len: int,
+                                         tiles: tuple[int, bool] | None) -> None:
+    if backend == "reference" and tiles is not None:
+        pytest.skip("the reference backend has no tiles")
+    call, names = FUSED_ESTIMATORS[estimator]
+    flags, leaves = _fused_inputs(gen, num_rows, seq_len)
+    inputs = [leaves[name] for name in names]
+    grad_output = torch.randn(num_rows, seq_len, generator=gen, dtype=torch.float64).to(DEVICE)
+    with _small_tiles(tiles, seq_len):
+        out = call(rl_triton, flags, *inputs)
+        grads = torch.autograd.grad(out, inputs, grad_output)
+    if backend == "triton":
+        assert type(out.grad_fn).__name__.startswith("Fused"), "the Triton backend takes the fused autograd path"
+    expected_out, expected_grads = _oracle_gradients(call, flags, inputs, grad_output)
+    torch.testing.assert_close(out, expected_out, rtol=1e-12, atol=1e-12)
+    for name, got, want in zip(names, grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=lambda m, name=name: f"d/d{name}: {m}")
+
+
+@pytest.mark.parametrize("estimator", MAIN_FUSED_ESTIMATORS)
+def test_fused_gradcheck_walked_chunks(backend, gen, estimator: str) -> None:
+    """Finite differences over 4 chunks of 4 steps walked by one program (test_gradcheck splits them)."""
+    call, names = FUSED_ESTIMATORS[estimator]
+    flags, leaves = _fused_inputs(gen, 2, 13)
+    fast = DEVICE == "cpu" and backend == "triton"
+    with _launch.tile_override(block_rows=2, block_time=4, split=False):
+        assert torch.autograd.gradcheck(lambda *x: call(rl_triton, flags, *x), tuple(leaves[n] for n in names),
+                                        eps=1e-6, atol=1e-7, rtol=1e-5, fast_mode=fast)
+
+
+@pytest.mark.parametrize("estimator", ["gae", "gae_last_value", "lambda_returns"])
+def test_fused_gradients_of_some_inputs_only(backend, gen, estimator: str) -> None:
+    """Only the inputs that require gradients get them, each equal to the full computation's."""
+    call, names = FUSED_ESTIMATORS[estimator]
+    flags, leaves = _fused_inputs(gen, 3, 20)
+    inputs = [leaves[name] for name in names]
+    grad_output = torch.randn(3, 20, generator=gen, dtype=torch.float64).to(DEVICE)
+    _, expected = _oracle_gradients(call, flags, inputs, grad_output)
+    for wanted in range(len(names)):
+        partial = [x if i == wanted else x.detach() for i, x in enumerate(inputs)]
+        (grad,) = torch.autograd.grad(call(rl_triton, flags, *partial), [partial[wanted]], grad_output)
+        torch.testing.assert_close(grad, expected[wanted], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("estimator", ["gae", "lambda_returns"])
+def test_fused_gradients_time_major_and_float32(backend, gen, estimator: str) -> None:
+    """Time-major buffers (time_dim=0) and float32 inputs with a float64 result."""
+    call, names = FUSED_ESTIMATORS[estimator]
+    flags, leaves = _fused_inputs(gen, 5, 33, time_major=True)
+    grad_output = torch.randn(5, 33, generator=gen, dtype=torch.float64).to(DEVICE)
+    _, expected = _oracle_gradients(call, flags, [leaves[n] for n in names], grad_output)
+
+    time_first = {name: x.detach().t().requires_grad_(True) for name, x in leaves.items()}
+    flags_first = {name: x.t() for name, x in flags.items()}
+    if estimator == "gae":
+        out = rl_triton.compute_gae(time_first["r"], time_first["v"], flags_first["term"], flags_first["trunc"],
+                                    0.9, 0.8, time_first["boot"], time_dim=0)
+    else:
+        out = rl_triton.compute_lambda_returns(time_first["r"], time_first["nv"], flags_first["term"],
+                                               flags_first["trunc"], 0.9, 0.8, time_first["boot"], time_dim=0)
+    grads = torch.autograd.grad(out, [time_first[n] for n in names], grad_output.t())
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got.t(), want, rtol=1e-12, atol=1e-12)
+
+    singles = [leaves[n].detach().float().requires_grad_(True) for n in names]
+    if estimator == "gae":
+        out = rl_triton.compute_gae(singles[0], singles[1], flags["term"], flags["trunc"], 0.9, 0.8, singles[2],
+                                    out_dtype=torch.float64)
+    else:
+        out = rl_triton.compute_lambda_returns(singles[0], singles[1], flags["term"], flags["trunc"], 0.9, 0.8,
+                                               singles[2], out_dtype=torch.float64)
+    assert out.dtype == torch.float64
+    grads = torch.autograd.grad(out, singles, grad_output)
+    for got, want in zip(grads, expected, strict=True):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("estimator", ["gae", "lambda_returns", "discounted_returns"])
+def test_adjoint_loops_match_reference(gen, estimator: str) -> None:
+    """The plain-loop adjoints that compiled graphs run on the reference path."""
+    call, names = FUSED_ESTIMATORS[estimator]
+    flags, leaves = _fused_inputs(gen, 3, 20)
+    inputs = [leaves[n] for n in names]
+    grad_output = torch.randn(3, 20, generator=gen, dtype=torch.float64).to(DEVICE)
+    _, expected = _oracle_gradients(call, flags, inputs, grad_output)
+    f64 = torch.float64
+    if estimator == "gae":
+        grads = _autograd._gae_backward_loop(grad_output, flags["term"], flags["trunc"], 0.9, 0.8, f64, f64, f64,
+                                             None, f64)[:3]
+    else:
+        lambda_ = 0.8 if estimator == "lambda_returns" else 1.0
+        grads = _autograd._returns_backward_loop(grad_output, flags["term"], flags["trunc"], 0.9, lambda_, f64,
+                                                 f64, f64, f64)
+        grads = grads if estimator == "lambda_returns" else (grads[0], grads[2])
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_gradients_compile_fullgraph(backend, gen) -> None:
+    """torch.compile(fullgraph=True) traces the fused forward and backward ops and matches eager."""
+    torch._dynamo.reset()
+    flags, leaves = _fused_inputs(gen, 4, 24)
+    leaves = {name: x.detach().float().requires_grad_(True) for name, x in leaves.items()}
+
+    def loss(r, v, nv, boot):
+        advantages = rl_triton.compute_gae(r, v, flags["term"], flags["trunc"], 0.99, 0.95, boot)
+        returns = rl_triton.compute_lambda_returns(r, nv, flags["term"], flags["trunc"], 0.99, 0.95, boot)
+        discounted = rl_triton.compute_discounted_returns(r, flags["term"], flags["trunc"], 0.99, boot)
+        return (advantages.square() + returns * discounted).sum()
+
+    inputs = [leaves[n] for n in ("r", "v", "nv", "boot")]
+    eager = loss(*inputs)
+    grads_eager = torch.autograd.grad(eager, inputs)
+    traced = torch.compile(loss, fullgraph=True)(*inputs)
+    grads_traced = torch.autograd.grad(traced, inputs)
+    torch.testing.assert_close(traced, eager, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads_traced, grads_eager, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -47,3 +47,35 @@ def test_per_row_view_shares_storage() -> None:
 def test_outputs_follow_the_inputs_dimension_order(shape, time_dim, time_major) -> None:
     layout = RowLayout(torch.Size(shape), time_dim, "rewards")
     assert layout.time_major_output == time_major
+
+
+@pytest.mark.parametrize(
+    "shape, time_dim, num_rows, seq_len, time_major",
+    [
+        ((6, 10), -1, 6, 10, False),
+        ((6, 10), 1, 6, 10, False),
+        ((10, 6), 0, 6, 10, True),
+        ((10, 6), -2, 6, 10, True),
+        ((10, 1), 0, 1, 10, False),
+        ((1, 10), -1, 1, 10, False),
+        ((0, 10), -1, 0, 10, False),
+        ((6, 0), -1, 6, 0, False),
+    ],
+)
+def test_two_dimensional_layouts(shape, time_dim, num_rows, seq_len, time_major) -> None:
+    """2-d inputs take a short path; it must describe them exactly as the general one would."""
+    x = torch.randn(shape)
+    layout = RowLayout(x.shape, time_dim, "rewards")
+    assert (layout.num_rows, layout.seq_len, layout.time_major_output) == (num_rows, seq_len, time_major)
+    assert layout.time_dim == time_dim % 2
+    assert layout.batch_shape == torch.Size((num_rows,))
+    assert layout.empty_problem == (num_rows == 0 or seq_len == 0)
+    rows = layout.rows(x)
+    assert rows.shape == (num_rows, seq_len)
+    assert torch.equal(layout.from_rows(rows, x.dtype), x)
+
+
+@pytest.mark.parametrize("time_dim", [True, 1.0, 2, -3])
+def test_two_dimensional_layouts_reject_bad_time_dims(time_dim) -> None:
+    with pytest.raises(AssertionError, match="time_dim"):
+        RowLayout(torch.Size((6, 10)), time_dim, "rewards")

@@ -112,6 +112,58 @@ def test_tiles(tile, rows, seq_len, make_rollout):
     assert_outputs_rel(out, oracle(ro, c_bar=1.5, rho_bar=2.0), TOLERANCE[torch.float32])
 
 
+
+# Chunk edges with several action layouts: 4 and 18 actions (one action group), 33 (a second group
+# read without prefetch) and 18 in lane groups of 2 (16 passes). Loop (with and without loading the
+# next chunk ahead) and split programs; c[t+1] and Q(s_{t+1}, a_{t+1}) cross every chunk edge.
+ACTION_TILES = [
+    pytest.param(4, None, id="a4"),
+    pytest.param(18, None, id="a18"),
+    pytest.param(33, None, id="a33"),
+    pytest.param(18, 2, id="a18-lanes2"),
+]
+
+
+def launch_retrace(ro, *, prefetch=None, action_lanes=None, **params):
+    """The Triton launcher called directly, for the plan switches that the public function keeps at their default."""
+    kwargs = retrace_kwargs(ro, **params)
+    targets = torch.empty_like(ro.rewards)
+    advantages = torch.empty_like(ro.rewards)
+    _launch.retrace(
+        targets, advantages, *(kwargs[name] for name in list(kwargs)[:8]),
+        kwargs["gamma"], kwargs["lambda_"], kwargs["c_bar"], kwargs["rho_bar"],
+        prefetch=prefetch, action_lanes=action_lanes,
+    )
+    return targets, advantages
+
+
+@pytest.mark.parametrize("num_actions, action_lanes", ACTION_TILES)
+@pytest.mark.parametrize(
+    "split, prefetch", [(True, None), (False, True), (False, False)], ids=["split", "loop-prefetch", "loop"]
+)
+def test_tiles_and_action_groups(num_actions, action_lanes, split, prefetch, make_rollout):
+    ro = make_rollout(3, 70, num_actions=num_actions)
+    with _dispatch.use_backend("triton"), _launch.tile_override(block_rows=2, block_time=16, split=split):
+        out = launch_retrace(ro, prefetch=prefetch, action_lanes=action_lanes, c_bar=1.5, rho_bar=2.0)
+    assert_outputs_rel(out, oracle(ro, c_bar=1.5, rho_bar=2.0), TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["split", "loop"])
+@pytest.mark.parametrize("bad_step", [31, 32], ids=["chunk-end", "chunk-start"])
+def test_out_of_range_action_at_chunk_edge(split, bad_step, make_rollout):
+    # step 32 opens a chunk of 16 steps: its trace c[32] is the edge value of the chunk before it in time
+    ro = make_rollout(2, 60, num_actions=18)
+    ro.terminateds[1] = 0
+    ro.truncateds[1] = 0
+    ro.actions[1, bad_step] = 18
+    with _dispatch.use_backend("triton"), _launch.tile_override(block_rows=1, block_time=16, split=split):
+        targets, advantages = compute_retrace(**retrace_kwargs(ro))
+    expected_targets, expected_advantages = oracle(ro)
+    assert targets[1, :bad_step].isnan().all() and torch.isfinite(targets[1, bad_step:]).all()
+    assert advantages[1, bad_step].isnan() and torch.isfinite(advantages[1, bad_step + 1 :]).all()
+    torch.testing.assert_close(targets.double(), expected_targets, rtol=1e-5, atol=1e-5, equal_nan=True)
+    torch.testing.assert_close(advantages.double(), expected_advantages, rtol=1e-5, atol=1e-5, equal_nan=True)
+
 GOLDEN = [
     pytest.param(
         {

@@ -8,6 +8,11 @@ lam[t] = dL/dx[t] + b[t-1] * lam[t-1] runs forward in time, and
 the forward direction mirrors it. Both directions run on the same engine as the estimators
 (Triton on CUDA and under the interpreter, the plain loop otherwise). The estimators' elementwise
 prologues and epilogues are ordinary differentiable PyTorch (``rl_triton.reference``).
+
+GAE, lambda-returns and discounted returns are fused instead wherever Triton runs: the forward is
+the estimator's own kernel, and the backward one adjoint kernel that writes every input gradient
+(``kernels/gae_backward.py``, ``kernels/returns_backward.py``), so neither pass materialises the
+composition's temporaries. Elsewhere (the CPU path) they are the reference composition above.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from typing import Any
 
 import torch
 
+from rl_triton import _library, reference
 from rl_triton._dispatch import use_triton
-from rl_triton.reference._loop import backward_loop, forward_loop, shift_next, shift_previous
+from rl_triton.reference._loop import backward_loop, compute_dtype, flag, forward_loop, shift_next, shift_previous
 
 
 def solve(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward: bool) -> torch.Tensor:
@@ -66,3 +72,219 @@ def _shift_previous_from(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
 def needs_grad(*tensors: torch.Tensor | None) -> bool:
     """True when autograd will want gradients of any of ``tensors``."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _step_gradient(like: torch.Tensor, dtype: torch.dtype | None, time_major: bool) -> torch.Tensor:
+    """A ``[rows, T]`` gradient buffer in the output's layout, or an empty placeholder if not needed."""
+    return like.new_empty(0) if dtype is None else _library._empty(like, dtype, time_major)
+
+
+def _or_none(gradient: torch.Tensor, needed: bool) -> torch.Tensor | None:
+    return gradient if needed else None
+
+
+def _gae_backward(
+    grad_advantages: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor | None,
+    gamma: float, lambda_: float, rewards_dtype: torch.dtype | None, values_dtype: torch.dtype | None,
+    bootstrap_values_dtype: torch.dtype | None, last_value_dtype: torch.dtype | None,
+    scan_dtype: torch.dtype, time_major: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dL/drewards, dL/dvalues, dL/dbootstrap_values, dL/dlast_value) by GAE's adjoint kernel.
+
+    A gradient whose dtype is None is not computed and comes back as an empty placeholder.
+    """
+    if not use_triton(grad_advantages.device):
+        return _gae_backward_loop(grad_advantages, terminateds, truncateds, gamma, lambda_, rewards_dtype,
+                                  values_dtype, bootstrap_values_dtype, last_value_dtype, scan_dtype)
+    grad_rewards = _step_gradient(grad_advantages, rewards_dtype, time_major)
+    grad_values = _step_gradient(grad_advantages, values_dtype, time_major)
+    grad_bootstrap = _step_gradient(grad_advantages, bootstrap_values_dtype, time_major)
+    grad_last = grad_advantages.new_empty(0 if last_value_dtype is None else grad_advantages.shape[0],
+                                          dtype=last_value_dtype)
+    _library._kernels().gae_backward(
+        _or_none(grad_rewards, rewards_dtype is not None), _or_none(grad_values, values_dtype is not None),
+        _or_none(grad_bootstrap, bootstrap_values_dtype is not None), _or_none(grad_last, last_value_dtype is not None),
+        grad_advantages, terminateds, truncateds, gamma, lambda_, scan_dtype,
+    )
+    return grad_rewards, grad_values, grad_bootstrap, grad_last
+
+
+def _returns_backward(
+    grad_returns: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor | None,
+    gamma: float, lambda_: float, rewards_dtype: torch.dtype | None, next_values_dtype: torch.dtype | None,
+    bootstrap_values_dtype: torch.dtype | None, scan_dtype: torch.dtype, time_major: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dL/drewards, dL/dnext_values, dL/dbootstrap_values) by the return recurrence's adjoint kernel."""
+    if not use_triton(grad_returns.device):
+        return _returns_backward_loop(grad_returns, terminateds, truncateds, gamma, lambda_, rewards_dtype,
+                                      next_values_dtype, bootstrap_values_dtype, scan_dtype)
+    grad_rewards = _step_gradient(grad_returns, rewards_dtype, time_major)
+    grad_next_values = _step_gradient(grad_returns, next_values_dtype, time_major)
+    grad_bootstrap = _step_gradient(grad_returns, bootstrap_values_dtype, time_major)
+    _library._kernels().returns_backward(
+        _or_none(grad_rewards, rewards_dtype is not None), _or_none(grad_next_values, next_values_dtype is not None),
+        _or_none(grad_bootstrap, bootstrap_values_dtype is not None),
+        grad_returns, terminateds, truncateds, gamma, lambda_, scan_dtype,
+    )
+    return grad_rewards, grad_next_values, grad_bootstrap
+
+
+def _cast_or_placeholder(gradient: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return gradient.new_empty(0) if dtype is None else gradient.to(dtype)
+
+
+def _gae_backward_loop(
+    grad_advantages: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor | None,
+    gamma: float, lambda_: float, rewards_dtype: torch.dtype | None, values_dtype: torch.dtype | None,
+    bootstrap_values_dtype: torch.dtype | None, last_value_dtype: torch.dtype | None, scan_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_gae_backward`` by the plain time loop (compiled graphs on the reference path)."""
+    grad = grad_advantages.to(scan_dtype)
+    terminated = flag(terminateds, grad)
+    not_done = 1.0 - torch.maximum(terminated, flag(truncateds, grad))
+    adjoint = forward_loop(grad, shift_previous(gamma * lambda_ * not_done), torch.zeros_like(grad[:, 0]))
+    bootstrap_weight = gamma * (1.0 - terminated)
+    return (
+        _cast_or_placeholder(adjoint, rewards_dtype),
+        _cast_or_placeholder(shift_previous(gamma * not_done * adjoint) - adjoint, values_dtype),
+        _cast_or_placeholder(bootstrap_weight * adjoint, bootstrap_values_dtype),
+        _cast_or_placeholder(bootstrap_weight[:, -1] * adjoint[:, -1], last_value_dtype),
+    )
+
+
+def _returns_backward_loop(
+    grad_returns: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor | None,
+    gamma: float, lambda_: float, rewards_dtype: torch.dtype | None, next_values_dtype: torch.dtype | None,
+    bootstrap_values_dtype: torch.dtype | None, scan_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_returns_backward`` by the plain time loop (compiled graphs on the reference path)."""
+    grad = grad_returns.to(scan_dtype)
+    truncated = flag(truncateds, grad)
+    not_done = 1.0 - torch.maximum(flag(terminateds, grad), truncated)
+    adjoint = forward_loop(grad, shift_previous(gamma * lambda_ * not_done), torch.zeros_like(grad[:, 0]))
+    grad_bootstrap = gamma * truncated * adjoint
+    # the last column is also the carry G[T]
+    grad_bootstrap[:, -1] += gamma * lambda_ * not_done[:, -1] * adjoint[:, -1]
+    return (
+        _cast_or_placeholder(adjoint, rewards_dtype),
+        _cast_or_placeholder(gamma * (1.0 - lambda_) * not_done * adjoint, next_values_dtype),
+        _cast_or_placeholder(grad_bootstrap, bootstrap_values_dtype),
+    )
+
+
+# registered so that torch.compile sees the adjoint kernels as opaque ops, like the forward ones
+_gae_backward_op = torch.library.custom_op("rl_triton::gae_backward", mutates_args=())(_gae_backward)
+_returns_backward_op = torch.library.custom_op("rl_triton::returns_backward", mutates_args=())(_returns_backward)
+
+
+@_gae_backward_op.register_fake
+def _(grad_advantages, terminateds, truncateds, gamma, lambda_, rewards_dtype, values_dtype,
+      bootstrap_values_dtype, last_value_dtype, scan_dtype, time_major):
+    return (
+        _step_gradient(grad_advantages, rewards_dtype, time_major),
+        _step_gradient(grad_advantages, values_dtype, time_major),
+        _step_gradient(grad_advantages, bootstrap_values_dtype, time_major),
+        grad_advantages.new_empty(0 if last_value_dtype is None else grad_advantages.shape[0], dtype=last_value_dtype),
+    )
+
+
+@_returns_backward_op.register_fake
+def _(grad_returns, terminateds, truncateds, gamma, lambda_, rewards_dtype, next_values_dtype,
+      bootstrap_values_dtype, scan_dtype, time_major):
+    return (
+        _step_gradient(grad_returns, rewards_dtype, time_major),
+        _step_gradient(grad_returns, next_values_dtype, time_major),
+        _step_gradient(grad_returns, bootstrap_values_dtype, time_major),
+    )
+
+
+def _dtype_if(needed: bool, tensor: torch.Tensor | None) -> torch.dtype | None:
+    return tensor.dtype if needed and tensor is not None else None
+
+
+class FusedGAE(torch.autograd.Function):
+    """GAE by its fused kernel; the backward is one adjoint kernel. Saves only the flags."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, rewards: torch.Tensor, values: torch.Tensor, terminateds: torch.Tensor,
+        truncateds: torch.Tensor | None, gamma: float, lambda_: float, bootstrap_values: torch.Tensor | None,
+        last_value: torch.Tensor | None, out_dtype: torch.dtype, time_major: bool,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(terminateds, truncateds)
+        ctx.gamma, ctx.lambda_, ctx.time_major = gamma, lambda_, time_major
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (rewards, values, bootstrap_values, last_value))
+        ctx.scan_dtype = compute_dtype(rewards, values, bootstrap_values, last_value)
+        return _library.call(_library.gae, _library.gae_op, rewards, values, terminateds, truncateds, gamma,
+                             lambda_, bootstrap_values, last_value, out_dtype, time_major)
+
+    @staticmethod
+    def backward(ctx: Any, grad_advantages: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        terminateds, truncateds = ctx.saved_tensors
+        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[6], ctx.needs_input_grad[7])
+        dtypes = [dtype if needed else None for dtype, needed in zip(ctx.dtypes, needs)]
+        grads = _library.call(_gae_backward, _gae_backward_op, grad_advantages, terminateds, truncateds,
+                              ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
+        grad_rewards, grad_values, grad_bootstrap, grad_last = (_or_none(g, n) for g, n in zip(grads, needs))
+        return grad_rewards, grad_values, None, None, None, None, grad_bootstrap, grad_last, None, None
+
+
+class FusedReturns(torch.autograd.Function):
+    """Lambda-returns (discounted returns: no next values, lambda 1) by the fused kernel and its adjoint."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, rewards: torch.Tensor, next_values: torch.Tensor | None, terminateds: torch.Tensor,
+        truncateds: torch.Tensor | None, gamma: float, lambda_: float, bootstrap_values: torch.Tensor | None,
+        out_dtype: torch.dtype, time_major: bool,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(terminateds, truncateds)
+        ctx.gamma, ctx.lambda_, ctx.time_major = gamma, lambda_, time_major
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (rewards, next_values, bootstrap_values))
+        ctx.scan_dtype = compute_dtype(rewards, next_values, bootstrap_values)
+        return _library.call(_library.returns, _library.returns_op, rewards, next_values, terminateds, truncateds,
+                             gamma, lambda_, bootstrap_values, out_dtype, time_major)
+
+    @staticmethod
+    def backward(ctx: Any, grad_returns: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        terminateds, truncateds = ctx.saved_tensors
+        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[6])
+        dtypes = [dtype if needed else None for dtype, needed in zip(ctx.dtypes, needs)]
+        grads = _library.call(_returns_backward, _returns_backward_op, grad_returns, terminateds, truncateds,
+                              ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
+        grad_rewards, grad_next_values, grad_bootstrap = (_or_none(g, n) for g, n in zip(grads, needs))
+        return grad_rewards, grad_next_values, None, None, None, None, grad_bootstrap, None, None
+
+
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor | None,
+    gamma: float, lambda_: float, bootstrap_values: torch.Tensor | None, last_value: torch.Tensor | None,
+    out_dtype: torch.dtype, time_major: bool,
+) -> torch.Tensor:
+    """Differentiable GAE on ``[rows, T]``: fused where Triton runs, the reference composition elsewhere.
+
+    While torch.compile traces, the fused function's registered ops pick the engine when they run.
+    """
+    if torch.compiler.is_compiling() or use_triton(rewards.device):
+        return FusedGAE.apply(rewards, values, terminateds, truncateds, gamma, lambda_, bootstrap_values,
+                              last_value, out_dtype, time_major)
+    return reference.compute_gae(rewards, values, terminateds, truncateds, gamma, lambda_, bootstrap_values,
+                                 last_value)
+
+
+def returns(
+    rewards: torch.Tensor, next_values: torch.Tensor | None, terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None, gamma: float, lambda_: float | None, bootstrap_values: torch.Tensor | None,
+    out_dtype: torch.dtype, time_major: bool,
+) -> torch.Tensor:
+    """Differentiable lambda-returns on ``[rows, T]``; discounted returns when ``next_values`` is None.
+
+    Fused where Triton runs (and while torch.compile traces), the reference composition elsewhere.
+    """
+    if torch.compiler.is_compiling() or use_triton(rewards.device):
+        return FusedReturns.apply(rewards, next_values, terminateds, truncateds, gamma,
+                                  1.0 if next_values is None else lambda_, bootstrap_values, out_dtype, time_major)
+    if next_values is None:
+        return reference.compute_discounted_returns(rewards, terminateds, truncateds, gamma, bootstrap_values)
+    return reference.compute_lambda_returns(rewards, next_values, terminateds, truncateds, gamma, lambda_,
+                                            bootstrap_values)

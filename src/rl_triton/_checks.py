@@ -1,15 +1,39 @@
-"""Input validation shared by every estimator: clear exceptions naming the argument."""
+"""Input validation shared by every estimator: clear exceptions naming the argument.
+
+Every check runs on every call, so each is written for the passing case first: a few attribute
+reads and comparisons, with the message built only when the check fails.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import torch
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-FLAG_DTYPES = (torch.bool, torch.uint8, torch.int8, *FLOAT_DTYPES)
-INDEX_DTYPES = (torch.int32, torch.int64, torch.int16, torch.uint8)
+
+class DtypeSet(frozenset):
+    """Accepted dtypes, in the order error messages list them (``ordered``).
+
+    A frozenset because membership is tested on every call: one hash lookup instead of a scan.
+    """
+
+    __slots__ = ("ordered",)
+    ordered: tuple[torch.dtype, ...]
+
+
+def _dtype_set(*dtypes: torch.dtype) -> DtypeSet:
+    accepted = DtypeSet(dtypes)
+    accepted.ordered = dtypes
+    return accepted
+
+
+FLOAT_DTYPES = _dtype_set(torch.float16, torch.bfloat16, torch.float32, torch.float64)
+FLAG_DTYPES = _dtype_set(torch.bool, torch.uint8, torch.int8, *FLOAT_DTYPES.ordered)
+INDEX_DTYPES = _dtype_set(torch.int32, torch.int64, torch.int16, torch.uint8)
+
+_INF = math.inf
 
 
 class InputError(ValueError, AssertionError):
@@ -24,29 +48,58 @@ class InputTypeError(TypeError, AssertionError):
     """Argument of the wrong type or dtype (also an ``AssertionError``, see ``InputError``)."""
 
 
-def correctness_checks_enabled() -> bool:
+def environment_flag(name: str) -> Callable[[], bool]:
+    """A reader of the flag ``name`` (set unless absent, empty or "0") that sees later changes.
+
+    ``os.environ.get`` costs about a microsecond per call (the key is encoded again each time),
+    as much as a quarter of a whole estimator call; the dict behind ``os.environ`` answers in tens of
+    nanoseconds. Falls back to ``os.environ.get`` if ``os.environ`` is not CPython's own mapping
+    or has been replaced since.
+    """
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    encode_key = getattr(environ, "encodekey", None)
+    decode_value = getattr(environ, "decodevalue", None)
+    if not isinstance(data, dict) or encode_key is None or decode_value is None:
+        return lambda: os.environ.get(name, "0") not in ("", "0")
+    key = encode_key(name)
+
+    def is_set() -> bool:
+        if os.environ is not environ:
+            return os.environ.get(name, "0") not in ("", "0")
+        raw = data.get(key)
+        return raw is not None and decode_value(raw) not in ("", "0")
+
+    return is_set
+
+
+_correctness_flag = environment_flag("RL_TRITON_CORRECTNESS_WARNINGS")
+
+
+def correctness_checks_enabled(compiling: bool | None = None) -> bool:
     """Data-dependent checks run when ``RL_TRITON_CORRECTNESS_WARNINGS=1``; they synchronise the device.
 
     Never while torch.compile traces: a host synchronisation has no place in a compiled graph.
+    ``compiling`` is ``torch.compiler.is_compiling()`` when the caller already knows it.
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() if compiling is None else compiling:
         return False
-    return os.environ.get("RL_TRITON_CORRECTNESS_WARNINGS", "0") not in ("", "0")
+    return _correctness_flag()
 
 
-def _dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:
-    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+def _dtype_names(dtypes: DtypeSet) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes.ordered)
 
 
-def tensor(name: str, value: object, dtypes: tuple[torch.dtype, ...]) -> torch.Tensor:
+def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
     """``value`` as a tensor of one of ``dtypes``, or InputTypeError."""
+    if isinstance(value, torch.Tensor) and value.dtype in dtypes:
+        return value
     if not isinstance(value, torch.Tensor):
         raise InputTypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
-    if value.dtype not in dtypes:
-        raise InputTypeError(
-            f"{name}: expected dtype in ({_dtype_names(dtypes)}), got {str(value.dtype).removeprefix('torch.')}"
-        )
-    return value
+    raise InputTypeError(
+        f"{name}: expected dtype in ({_dtype_names(dtypes)}), got {str(value.dtype).removeprefix('torch.')}"
+    )
 
 
 def same_shape(name: str, value: torch.Tensor, shape: torch.Size, reference_name: str) -> None:
@@ -64,26 +117,59 @@ def same_device(name: str, value: torch.Tensor, device: torch.device, reference_
 def matching(
     name: str,
     value: object,
-    dtypes: tuple[torch.dtype, ...],
-    like: torch.Tensor,
-    like_name: str,
-    shape: torch.Size | None = None,
+    dtypes: DtypeSet,
+    shape: torch.Size,
+    device: torch.device,
+    reference_name: str,
 ) -> torch.Tensor:
-    """A tensor of ``dtypes`` on ``like``'s device with ``shape`` (default: ``like.shape``)."""
+    """A tensor of ``dtypes`` of ``shape`` on ``device`` (those of the argument ``reference_name``).
+
+    Failures are reported in the order type, dtype, shape, device.
+    """
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dtype in dtypes
+        and value.shape == shape
+        and value.device == device
+    ):
+        return value
     value = tensor(name, value, dtypes)
-    same_shape(name, value, like.shape if shape is None else shape, like_name)
-    same_device(name, value, like.device, like_name)
+    same_shape(name, value, shape, reference_name)
+    same_device(name, value, device, reference_name)
     return value
 
 
-def scalar(name: str, value: object, low: float = 0.0, high: float = math.inf, include_inf: bool = False) -> float:
+def optional_matching(
+    name: str,
+    value: object,
+    dtypes: DtypeSet,
+    shape: torch.Size,
+    device: torch.device,
+    reference_name: str,
+) -> torch.Tensor | None:
+    """None, or ``matching(...)``."""
+    return None if value is None else matching(name, value, dtypes, shape, device, reference_name)
+
+
+def scalar(
+    name: str,
+    value: object,
+    low: float = 0.0,
+    high: float = math.inf,
+    include_inf: bool = False,
+    compiling: bool | None = None,
+) -> float:
     """A real number in ``[low, high]`` as a Python float, or InputError/InputTypeError.
 
     While torch.compile traces, floats are symbolic graph inputs (so new values do not recompile)
-    and pass unchecked.
+    and pass unchecked. ``compiling`` is ``torch.compiler.is_compiling()`` when the caller already
+    knows it.
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() if compiling is None else compiling:
         return value  # type: ignore[return-value]
+    # the common case, a finite float in range (NaN fails the comparisons and takes the long way)
+    if type(value) is float and low <= value <= high and value != _INF:
+        return value
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise InputTypeError(f"{name}: expected a number, got a tensor of shape {tuple(value.shape)}")
@@ -100,7 +186,8 @@ def scalar(name: str, value: object, low: float = 0.0, high: float = math.inf, i
 
 def time_dim(value: object, ndim: int) -> int:
     """A valid ``time_dim`` for ``ndim``-dimensional inputs, made non-negative."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    # bool is a subclass of int but not a valid dimension, hence the exact type test
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
         raise InputTypeError(f"time_dim: expected an int, got {type(value).__name__}")
     if not -ndim <= value < ndim:
         raise InputError(f"time_dim: expected a value in [{-ndim}, {ndim - 1}] for {ndim}-d inputs, got {value}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Iterator
 
 import torch
@@ -15,9 +14,12 @@ _BACKENDS = ("triton", "reference")
 _forced_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("rl_triton_backend", default=None)
 
 
+_interpreter_flag = _checks.environment_flag("TRITON_INTERPRET")
+
+
 def interpreter_enabled() -> bool:
     """``TRITON_INTERPRET=1``: Triton kernels run on CPU tensors through Triton's interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return _interpreter_flag()
 
 
 @contextlib.contextmanager
@@ -38,6 +40,9 @@ def use_backend(backend: str) -> Iterator[None]:
 
 def use_triton(device: torch.device) -> bool:
     forced = _forced_backend.get()
+    # the common case, decided without reading the environment
+    if forced is None and device.type == "cuda":
+        return True
     triton_possible = device.type == "cuda" or (device.type == "cpu" and interpreter_enabled())
     if forced == "reference":
         return False

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
+from triton.runtime import driver
 
 from rl_triton._dispatch import interpreter_enabled
 from rl_triton.kernels.gae import BOOTSTRAP_FULL, BOOTSTRAP_LAST, BOOTSTRAP_NONE, gae_kernel
@@ -35,6 +37,12 @@ _MIN_TILE_ELEMENTS = 128
 _TIME_MAJOR_BLOCK_TIME = 16
 _TIME_MAJOR_TILE_ELEMENTS = 2048
 _TIME_MAJOR_ELEMENTS_PER_WARP = 512
+_TIME_MAJOR_MIN_ROW_TILES = 64
+_TIME_MAJOR_SPLIT_BLOCK_TIME = 64
+_TIME_MAJOR_SPLIT_BLOCK_ROWS = 32
+_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP = 1024
+# at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16)
+_MAX_VEC = 8
 # predecessors inspected per look-back step
 _LOOKBACK_WINDOW = 32
 
@@ -49,6 +57,7 @@ class TilePlan:
     num_warps: int
     num_stages: int
     window: int
+    vec: int
 
     @property
     def prefetch(self) -> bool:
@@ -68,9 +77,11 @@ class _Override:
     num_warps: int | None = None
     num_stages: int | None = None
     window: int | None = None
+    vec: int | None = None
 
 
-_override = _Override()
+_NO_OVERRIDE = _Override()
+_override = _NO_OVERRIDE
 
 
 @contextlib.contextmanager
@@ -81,6 +92,7 @@ def tile_override(
     num_warps: int | None = None,
     num_stages: int | None = None,
     window: int | None = None,
+    vec: int | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -88,7 +100,7 @@ def tile_override(
     """
     global _override
     previous = _override
-    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window)
+    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec)
     try:
         yield
     finally:
@@ -103,50 +115,92 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 def plan_tiles(
-    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int = 1 << 30
+    num_rows: int,
+    seq_len: int,
+    time_major: bool,
+    device: torch.device,
+    heavy: bool,
+    max_block_time: int = 1 << 30,
+    narrow: bool = False,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
     ``heavy`` kernels (V-trace, Retrace) keep more values live per step and take smaller tiles;
-    ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block).
+    ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block);
+    ``narrow``: every [rows, T] tensor has elements of at most 2 bytes.
     """
+    if _override is _NO_OVERRIDE:
+        return _default_plan(num_rows, seq_len, time_major, device, heavy, max_block_time, narrow)
+    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, narrow)
+
+
+@functools.lru_cache(maxsize=4096)
+def _default_plan(
+    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int, narrow: bool
+) -> TilePlan:
+    # planning costs more host time than a launch; calls repeat the same shapes
+    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, narrow)
+
+
+def _plan(
+    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int, narrow: bool
+) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     if time_major:
         block_time = min(time_pow2, _TIME_MAJOR_BLOCK_TIME)
         block_rows = min(rows_pow2, _TIME_MAJOR_TILE_ELEMENTS // block_time)
+        # one thread per row leaves too few loads in flight below ~8192 rows: split time as well
+        split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < _TIME_MAJOR_MIN_ROW_TILES
     else:
         block_time = min(time_pow2, _MANY_ROWS_BLOCK_TIME)
         block_rows = min(rows_pow2, max(1, _MIN_TILE_ELEMENTS // block_time))
-    num_chunks = triton.cdiv(seq_len, block_time)
-    # too few row tiles to fill the GPU: split time across programs as well
-    split = num_chunks > 1 and triton.cdiv(num_rows, block_rows) < 2 * _multiprocessors(device)
+        # too few row tiles to fill the GPU: split time across programs as well
+        split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < 2 * _multiprocessors(device)
     if _override.split is not None:
         split = _override.split
-    if split and not time_major:
+    if split and time_major:
+        block_time = min(time_pow2, _TIME_MAJOR_SPLIT_BLOCK_TIME)
+        block_rows = min(rows_pow2, _TIME_MAJOR_SPLIT_BLOCK_ROWS)
+    elif split:
         block_time = min(time_pow2, _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME)
     block_time = _override.block_time or min(block_time, max_block_time)
     block_rows = _override.block_rows or block_rows
     num_row_tiles = triton.cdiv(num_rows, block_rows)
     num_chunks = triton.cdiv(seq_len, block_time)
     split = split and num_chunks > 1
-    # programs that walk several chunks hold two chunks' loads at once
-    elements_per_warp = 128 if heavy or split or num_chunks > 1 else 256
-    if time_major and not split:
-        elements_per_warp = _TIME_MAJOR_ELEMENTS_PER_WARP
+    # one chunk per program, read in vectors of 8 narrow steps per thread (measured: bf16 GAE 40% -> 58%
+    # of the copy bandwidth at 16384x512; with several chunks per program or a split, vector loads were
+    # 2-7x slower, so those read step by step)
+    vector_loads = narrow and not time_major and not split and num_chunks == 1
+    if time_major:
+        elements_per_warp = _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split else _TIME_MAJOR_ELEMENTS_PER_WARP
+    elif vector_loads:
+        elements_per_warp = 32 * _MAX_VEC
+    else:
+        # programs that walk several chunks hold two chunks' loads at once
+        elements_per_warp = 128 if heavy or split or num_chunks > 1 else 256
     num_warps = _override.num_warps or max(1, min(8, block_rows * block_time // elements_per_warp))
     num_stages = _override.num_stages or 1
     window = _override.window or _LOOKBACK_WINDOW
-    return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window)
+    vector_loads = vector_loads and block_rows * block_time >= 32 * num_warps * _MAX_VEC
+    vec = _override.vec or (_MAX_VEC if vector_loads else 1)
+    return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec)
 
 
 def _is_time_major(x: torch.Tensor) -> bool:
     return x.stride(-1) != 1 and x.stride(0) == 1 and x.shape[0] > 1
 
 
+@functools.cache
+def _placeholder(device: torch.device) -> torch.Tensor:
+    """The workspace arguments of calls that do not split time (never read)."""
+    return torch.empty(0, dtype=torch.int32, device=device)
+
+
 def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
     """(status, aggregates, prefixes, ticket counter); only status and counter need zeroing."""
     if not plan.split:
-        dummy = torch.empty(0, dtype=torch.int32, device=device)
+        dummy = _placeholder(device)
         return dummy, dummy, dummy, dummy
     slots = plan.num_row_tiles * plan.num_chunks
     flags = torch.zeros(slots + 1, dtype=torch.int32, device=device)
@@ -190,6 +244,51 @@ def _strides(x: torch.Tensor | None) -> tuple[int, ...]:
     return (0, 0) if x is None else tuple(x.stride())
 
 
+def _narrow(*tensors: torch.Tensor | None) -> bool:
+    """Whether every given tensor has elements of at most 2 bytes (bf16/fp16 values, bool/uint8 flags)."""
+    return all(t is None or t.element_size() <= 2 for t in tensors)
+
+
+def _arg_key(arg: object) -> object:
+    """What Triton specialises a kernel argument on: dtype and 16-byte alignment of tensors; ints
+    equal to 1, divisible by 16, or beyond int32."""
+    if isinstance(arg, torch.Tensor):
+        return arg.dtype, arg.data_ptr() % 16 == 0
+    if isinstance(arg, int):
+        return 1 if arg == 1 else (arg % 16 == 0, -(1 << 31) <= arg < (1 << 31))
+    return arg if arg is None else type(arg)
+
+
+# compiled kernels by (kernel, device, constexprs, argument specialisation), with their constexpr
+# arguments in signature order
+_compiled: dict[tuple, tuple] = {}
+
+
+def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object, **meta: object) -> None:
+    """``kernel[grid](*args, **meta)``, with the compiled kernel looked up in one dict.
+
+    Triton's own launch path spends ~40 us of host time per call binding and specialising ~35
+    arguments; the compiled kernel's ``run`` takes ~11 us (H200 host, BENCHMARKS.md). The cache
+    key holds everything Triton specialises on, so each entry is the kernel Triton would pick.
+    Profiling hooks and the interpreter take Triton's path.
+    """
+    if interpreter_enabled() or knobs.runtime.launch_enter_hook is not None:
+        kernel[grid](*args, **meta)
+        return
+    device = driver.active.get_current_device()
+    key = (kernel, device, *meta.values(), *map(_arg_key, args))
+    entry = _compiled.get(key)
+    if entry is None:
+        compiled = kernel[grid](*args, **meta)
+        names = kernel.arg_names[len(args):]
+        defaults = {p.name: p.default for p in kernel.params}
+        _compiled[key] = (compiled, tuple(meta.get(name, defaults[name]) for name in names))
+        return
+    compiled, constexprs = entry
+    compiled.run(grid[0], 1, 1, driver.active.get_current_stream(device), compiled.function,
+                 compiled.packed_metadata, None, None, None, *args, *constexprs)
+
+
 def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:
     return {
         "SPLIT": plan.split,
@@ -215,17 +314,20 @@ def gae(
 ) -> None:
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, values, bootstrap_values, last_value)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False)
+    narrow = _narrow(rewards, values, terminateds, truncateds, bootstrap_values, advantages)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False, narrow=narrow)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
-    gae_kernel[plan.grid](
+    _launch(
+        gae_kernel, plan.grid,
         rewards, values, terminateds, truncateds, bootstrap, advantages,
         status, aggregates, prefixes, counter,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *rewards.stride(), *values.stride(), *terminateds.stride(), *_strides(truncateds),
         *boot_strides, *advantages.stride(),
         *map(_float_arg, (gamma, lambda_)),
-        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, **_meta(plan, dtype),
+        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
+        **_meta(plan, dtype),
     )
 
 
@@ -246,12 +348,14 @@ def vtrace(
 ) -> None:
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True)
+    narrow = _narrow(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds, bootstrap_values, targets)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True, narrow=narrow)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
         raise RuntimeError("vtrace outputs must share one layout")
-    vtrace_kernel[plan.grid](
+    _launch(
+        vtrace_kernel, plan.grid,
         log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds, bootstrap,
         targets, advantages,
         status, aggregates, prefixes, counter,
@@ -259,7 +363,8 @@ def vtrace(
         *log_pi_target.stride(), *log_pi_behavior.stride(), *values.stride(), *rewards.stride(),
         *terminateds.stride(), *_strides(truncateds), *boot_strides, *targets.stride(),
         *map(_float_arg, (gamma, rho_bar, c_bar)),
-        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, **_meta(plan, dtype),
+        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
+        **_meta(plan, dtype),
     )
 
 
@@ -278,15 +383,41 @@ def retrace(
     lambda_: float,
     c_bar: float,
     rho_bar: float,
+    *,
+    action_lanes: int | None = None,
+    prefetch: bool | None = None,
 ) -> None:
+    """Retrace targets and advantages; ``action_lanes`` and ``prefetch`` override the plan (for tuning)."""
     num_rows, seq_len, num_actions = action_probs_target.shape
     dtype = _compute_dtype(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards)
-    block_actions = min(triton.next_power_of_2(num_actions), 32)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
-                      max_block_time=max(16, 4096 // block_actions))
+    # A few neighbouring actions per lane group of a warp (each load touches a few cache lines, each
+    # sum over actions needs few shuffles); the rest of an action group of up to 32 sits in
+    # registers as "passes".
+    lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
+    passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
+    # about 2048 values of each per-action tile per chunk (8 per thread of 8 warps, twice that while
+    # the next chunk is loaded ahead): ~100-120 registers on sm_90, two programs per SM, no spills.
+    # Split programs hold one chunk each (no prefetch), so their chunks are twice as long.
+    tile_steps = max(32, min(256, 2048 // (lanes * passes)))
+    if dtype == torch.float64:
+        tile_steps //= 2
+    time_major = _is_time_major(rewards)
+    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps)
+    if plan.split:
+        tile_steps *= 2
+        plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps)
+    block_rows = _override.block_rows or max(1, min(plan.block_rows, tile_steps // plan.block_time))
+    # warps for one step and four values of each per-action tile per thread, up to 8 (small tiles
+    # of many actions, float64 ones above all, spill with fewer)
+    tile = block_rows * plan.block_time
+    num_warps = _override.num_warps or max(1, min(8, max(tile // 32, tile * lanes * passes // 128)))
+    plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
+                               num_warps=num_warps)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if targets.stride() != advantages.stride():
         raise RuntimeError("retrace outputs must share one layout")
+    # a program that walks several chunks loads each next chunk while it scans the current one
+    walks_chunks = not plan.split and plan.num_chunks > 1
     retrace_kernel[plan.grid](
         action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards,
         terminateds, truncateds, targets, advantages,
@@ -296,7 +427,8 @@ def retrace(
         *q_values.stride(), *actions.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(),
         *targets.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
-        BLOCK_ACTIONS=block_actions, **_meta(plan, dtype),
+        PREFETCH=walks_chunks if prefetch is None else prefetch and walks_chunks,
+        ACTION_LANES=lanes, ACTION_PASSES=passes, MORE_ACTIONS=num_actions > lanes * passes, **_meta(plan, dtype),
     )
 
 
@@ -313,9 +445,11 @@ def returns(
     """Lambda-returns; discounted returns are ``next_values=None, lambda_=1``."""
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, next_values, bootstrap_values)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False)
+    narrow = _narrow(rewards, next_values, terminateds, truncateds, bootstrap_values, out)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False, narrow=narrow)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
-    returns_kernel[plan.grid](
+    _launch(
+        returns_kernel, plan.grid,
         rewards, next_values, terminateds, truncateds, bootstrap_values, out,
         status, aggregates, prefixes, counter,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
@@ -323,7 +457,8 @@ def returns(
         *_strides(bootstrap_values), *out.stride(),
         *map(_float_arg, (gamma, lambda_)),
         HAS_NEXT_VALUES=next_values is not None, HAS_TRUNCATED=truncateds is not None,
-        HAS_BOOTSTRAP=bootstrap_values is not None, PREFETCH=plan.prefetch, **_meta(plan, dtype),
+        HAS_BOOTSTRAP=bootstrap_values is not None, PREFETCH=plan.prefetch, VEC=plan.vec,
+        **_meta(plan, dtype),
     )
 
 
@@ -340,7 +475,8 @@ def episodic_scan(
     dtype = _compute_dtype(inputs, seed_values)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, inputs.device)
-    episodic_scan_kernel[plan.grid](
+    _launch(
+        episodic_scan_kernel, plan.grid,
         inputs, dones, seed_values, out,
         status, aggregates, prefixes, counter,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
@@ -357,12 +493,92 @@ def linear_recurrence(
     """x[t] = a[t] + b[t] * x[t+1] (``backward``) or x[t-1] (forward), x beyond the ends = ``carry``."""
     num_rows, seq_len = a.shape
     dtype = _compute_dtype(a, b, carry)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(a), a.device, heavy=False)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(a), a.device, heavy=False, narrow=_narrow(a, b, out))
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, a.device)
-    linear_recurrence_kernel[plan.grid](
+    _launch(
+        linear_recurrence_kernel, plan.grid,
         a, b, carry, out,
         status, aggregates, prefixes, counter,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *a.stride(), *b.stride(), 0 if carry is None else carry.stride(0), *out.stride(),
-        HAS_CARRY=carry is not None, BACKWARD=backward, **_meta(plan, dtype),
+        HAS_CARRY=carry is not None, BACKWARD=backward, PREFETCH=plan.prefetch, VEC=plan.vec,
+        **_meta(plan, dtype),
+    )
+
+
+def _walks_chunks(plan: TilePlan) -> bool:
+    """Whether each program walks several chunks, and so should load each next chunk ahead."""
+    return not plan.split and plan.num_chunks > 1
+
+
+def gae_backward(
+    grad_rewards: torch.Tensor | None,
+    grad_values: torch.Tensor | None,
+    grad_bootstrap_values: torch.Tensor | None,
+    grad_last_value: torch.Tensor | None,
+    grad_advantages: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None,
+    gamma: float,
+    lambda_: float,
+    dtype: torch.dtype,
+) -> None:
+    """GAE's input gradients from dL/dA by one adjoint scan; None outputs are not computed.
+
+    ``dtype`` is the forward's compute dtype (float64 if any floating input was float64).
+    """
+    from rl_triton.kernels.gae_backward import gae_backward_kernel
+
+    num_rows, seq_len = grad_advantages.shape
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
+    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, terminateds.device)
+    if grad_last_value is not None:
+        grad_bootstrap, mode, boot_strides = grad_last_value, BOOTSTRAP_LAST, (grad_last_value.stride(0), 0)
+    else:
+        grad_bootstrap = grad_bootstrap_values
+        mode = BOOTSTRAP_NONE if grad_bootstrap_values is None else BOOTSTRAP_FULL
+        boot_strides = _strides(grad_bootstrap_values)
+    gae_backward_kernel[plan.grid](
+        grad_advantages, terminateds, truncateds, grad_rewards, grad_values, grad_bootstrap,
+        status, aggregates, prefixes, counter,
+        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
+        *grad_advantages.stride(), *terminateds.stride(), *_strides(truncateds),
+        *_strides(grad_rewards), *_strides(grad_values), *boot_strides,
+        *map(_float_arg, (gamma, lambda_)),
+        HAS_TRUNCATED=truncateds is not None, BOOTSTRAP_GRAD=mode,
+        REWARDS_GRAD=grad_rewards is not None, VALUES_GRAD=grad_values is not None,
+        PREFETCH=_walks_chunks(plan), **_meta(plan, dtype),
+    )
+
+
+def returns_backward(
+    grad_rewards: torch.Tensor | None,
+    grad_next_values: torch.Tensor | None,
+    grad_bootstrap_values: torch.Tensor | None,
+    grad_returns: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None,
+    gamma: float,
+    lambda_: float,
+    dtype: torch.dtype,
+) -> None:
+    """Input gradients of lambda-returns (discounted returns: ``lambda_=1``) from dL/dG by one adjoint scan.
+
+    None outputs are not computed; ``dtype`` is the forward's compute dtype.
+    """
+    from rl_triton.kernels.returns_backward import returns_backward_kernel
+
+    num_rows, seq_len = grad_returns.shape
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
+    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, terminateds.device)
+    returns_backward_kernel[plan.grid](
+        grad_returns, terminateds, truncateds, grad_rewards, grad_next_values, grad_bootstrap_values,
+        status, aggregates, prefixes, counter,
+        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
+        *grad_returns.stride(), *terminateds.stride(), *_strides(truncateds),
+        *_strides(grad_rewards), *_strides(grad_next_values), *_strides(grad_bootstrap_values),
+        *map(_float_arg, (gamma, lambda_)),
+        HAS_TRUNCATED=truncateds is not None, REWARDS_GRAD=grad_rewards is not None,
+        NEXT_VALUES_GRAD=grad_next_values is not None, BOOTSTRAP_GRAD=grad_bootstrap_values is not None,
+        PREFETCH=_walks_chunks(plan), **_meta(plan, dtype),
     )

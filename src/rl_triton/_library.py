@@ -21,16 +21,27 @@ from rl_triton._dispatch import use_triton
 
 
 def _empty(like: torch.Tensor, dtype: torch.dtype, time_major: bool) -> torch.Tensor:
-    num_rows, seq_len = like.shape[:2]
+    """A ``[rows, T]`` output of ``like``'s first two sizes: one allocation, no view op."""
+    shape = like.shape
+    num_rows, seq_len = shape[0], shape[1]
     if time_major:
-        return torch.empty(seq_len, num_rows, dtype=dtype, device=like.device).t()
+        # time-first in memory: the transpose of a [T, rows] buffer
+        return torch.empty_strided((num_rows, seq_len), (1, num_rows), dtype=dtype, device=like.device)
     return torch.empty(num_rows, seq_len, dtype=dtype, device=like.device)
 
 
-def _kernels():
-    from rl_triton import _launch
+_launch_module = None
 
-    return _launch
+
+def _kernels():
+    """``rl_triton._launch``, imported on first use (it imports Triton) and kept: an import
+    statement on every call costs about a microsecond."""
+    global _launch_module
+    if _launch_module is None:
+        from rl_triton import _launch
+
+        _launch_module = _launch
+    return _launch_module
 
 
 def gae(

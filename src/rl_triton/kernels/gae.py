@@ -8,10 +8,9 @@ from rl_triton.kernels.scan import (
     chunk_window,
     claim_work,
     last_column,
-    load_flag,
-    load_tile,
+    load_chunk,
     scan,
-    store_tile,
+    store_chunk,
     tile_rows,
 )
 
@@ -24,15 +23,17 @@ BOOTSTRAP_FULL = 2
 @triton.jit
 def next_state_value(
     values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time, last_value,
-    rows, steps, mask, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
 ):
     """v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t], values[T] := 0."""
-    next_ok = mask & (steps + 1 < seq_len)[None, :]
-    value_next = load_tile(values_ptr, rows, s_values_row, steps + 1, s_values_time, next_ok, 0.0, DTYPE)
+    value_next = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
+                            BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
     if HAS_TRUNCATED:
         value_next = value_next * (1.0 - truncated)
     if BOOTSTRAP == 2:
-        value_next += load_tile(bootstrap_ptr, rows, s_boot_row, steps, s_boot_time, mask, 0.0, DTYPE)
+        value_next += load_chunk(bootstrap_ptr, rows, row_ok, s_boot_row, chunk, s_boot_time, seq_len, 0.0, DTYPE,
+                                 BLOCK_ROWS, BLOCK_TIME, VEC, True)
     if BOOTSTRAP == 1:
         is_last = (steps == seq_len - 1)[None, :]
         value_next += tl.where(is_last, last_value[:, None], tl.zeros_like(value_next))
@@ -44,18 +45,23 @@ def gae_chunk_inputs(
     rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
     s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
     s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
-    rows, steps, mask, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
 ):
     """The loads of one chunk: rewards, values, flags and the next state's value."""
-    reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
-    value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
-    terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+    reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
+                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    value = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
+                       BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
+                            BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
     truncated = tl.zeros_like(terminated)
     if HAS_TRUNCATED:
-        truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
+                               BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
     value_next = next_state_value(
         values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
-        last_value, rows, steps, mask, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
+        last_value, rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
     )
     return reward, value, terminated, truncated, value_next
 
@@ -70,6 +76,7 @@ def gae_kernel(
     gamma: tl.float64, lambda_: tl.float64,
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -79,20 +86,20 @@ def gae_kernel(
     if BOOTSTRAP == 1:
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
-    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    chunk, steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
     reward, value, terminated, truncated, value_next = gae_chunk_inputs(
         rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
         s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
-        s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, steps, mask, seq_len,
-        HAS_TRUNCATED, BOOTSTRAP, DTYPE)
+        s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, chunk, steps, seq_len,
+        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
     for i in range(my_chunks):
         if PREFETCH:
-            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            next_chunk, next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
             next_inputs = gae_chunk_inputs(
                 rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
                 s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
-                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, next_steps, next_mask, seq_len,
-                HAS_TRUNCATED, BOOTSTRAP, DTYPE)
+                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, next_chunk, next_steps, seq_len,
+                HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
         delta = reward + discount * (1.0 - terminated) * value_next - value
         decay = trace_decay * (1.0 - tl.maximum(terminated, truncated))
         # steps past the end of the sequence are identity steps (0, 1) of the recurrence
@@ -102,8 +109,9 @@ def gae_kernel(
                                 last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
                                 BLOCK_ROWS, WINDOW)
         advantage = scan_a + scan_b * carry[:, None]
-        store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
+        store_chunk(advantages_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, advantage,
+                    BLOCK_ROWS, BLOCK_TIME, VEC, True)
         carry = last_column(advantage, BLOCK_TIME)
         if PREFETCH:
             reward, value, terminated, truncated, value_next = next_inputs
-            steps, mask = next_steps, next_mask
+            chunk, steps, mask = next_chunk, next_steps, next_mask

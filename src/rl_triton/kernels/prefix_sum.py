@@ -13,8 +13,7 @@ from rl_triton.kernels.scan import (
     chunk_window,
     claim_work,
     last_column,
-    load_flag,
-    load_tile,
+    load_chunk,
     scan,
     store_tile,
     tile_rows,
@@ -23,15 +22,15 @@ from rl_triton.kernels.scan import (
 
 @triton.jit
 def episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row, s_dones_time,
-                          rows, row_ok, steps, mask, seq_len, RESET_AFTER_FLAG: tl.constexpr, DTYPE: tl.constexpr):
+                          rows, row_ok, chunk, seq_len, RESET_AFTER_FLAG: tl.constexpr, DTYPE: tl.constexpr,
+                          BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr):
     """The loads of one chunk: inputs and the reset flag of each step."""
-    inputs = load_tile(inputs_ptr, rows, s_inputs_row, steps, s_inputs_time, mask, 0.0, DTYPE)
-    if RESET_AFTER_FLAG:
-        in_range = (steps < seq_len) & (steps >= 0)
-        flag_mask = row_ok[:, None] & (in_range & (steps >= 1))[None, :]
-        reset = load_flag(dones_ptr, rows, s_dones_row, steps - 1, s_dones_time, flag_mask, DTYPE)
-    else:
-        reset = load_flag(dones_ptr, rows, s_dones_row, steps, s_dones_time, mask, DTYPE)
+    inputs = load_chunk(inputs_ptr, rows, row_ok, s_inputs_row, chunk, s_inputs_time, seq_len, 0.0, DTYPE,
+                        BLOCK_ROWS, BLOCK_TIME, 1, False)
+    # "ends_at": the flag of the previous step resets (done[-1] := 0)
+    shift: tl.constexpr = -1 if RESET_AFTER_FLAG else 0
+    reset = load_chunk(dones_ptr, rows, row_ok, s_dones_row, chunk, s_dones_time, seq_len, 0, DTYPE,
+                       BLOCK_ROWS, BLOCK_TIME, 1, False, SHIFT=shift, FLAG=True)
     return inputs, reset
 
 
@@ -51,15 +50,17 @@ def episodic_scan_kernel(
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_SEED:
         carry = tl.load(seed_ptr + rows * s_seed_row, mask=row_ok, other=0.0).to(DTYPE)
-    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, False)
+    chunk, steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, False)
     inputs, reset = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
-                                          s_dones_time, rows, row_ok, steps, mask, seq_len, RESET_AFTER_FLAG, DTYPE)
+                                          s_dones_time, rows, row_ok, chunk, seq_len, RESET_AFTER_FLAG, DTYPE,
+                                          BLOCK_ROWS, BLOCK_TIME)
     for i in range(my_chunks):
         if PREFETCH:
-            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, False)
+            next_chunk, next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok,
+                                                             BLOCK_TIME, False)
             next_inputs = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
-                                                s_dones_time, rows, row_ok, next_steps, next_mask, seq_len,
-                                                RESET_AFTER_FLAG, DTYPE)
+                                                s_dones_time, rows, row_ok, next_chunk, seq_len, RESET_AFTER_FLAG,
+                                                DTYPE, BLOCK_ROWS, BLOCK_TIME)
         scan_a, scan_b = scan(tl.where(mask, inputs, 0.0), tl.where(mask, step_decay * (1.0 - reset), 1.0))
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
@@ -70,4 +71,4 @@ def episodic_scan_kernel(
         carry = last_column(out, BLOCK_TIME)
         if PREFETCH:
             inputs, reset = next_inputs
-            steps, mask = next_steps, next_mask
+            chunk, steps, mask = next_chunk, next_steps, next_mask

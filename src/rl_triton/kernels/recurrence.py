@@ -13,9 +13,9 @@ from rl_triton.kernels.scan import (
     chunk_window,
     claim_work,
     last_column,
-    load_tile,
+    load_chunk,
     scan,
-    store_tile,
+    store_chunk,
     tile_rows,
 )
 
@@ -28,27 +28,33 @@ def linear_recurrence_kernel(
     s_a_row, s_a_time, s_b_row, s_b_time, s_carry_row, s_out_row, s_out_time,
     HAS_CARRY: tl.constexpr, BACKWARD: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_CARRY:
         carry = tl.load(carry_ptr + rows * s_carry_row, mask=row_ok, other=0.0).to(DTYPE)
-    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD)
-    a = load_tile(a_ptr, rows, s_a_row, steps, s_a_time, mask, 0.0, DTYPE)
-    b = load_tile(b_ptr, rows, s_b_row, steps, s_b_time, mask, 1.0, DTYPE)
+    chunk, _, _ = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD)
+    a = load_chunk(a_ptr, rows, row_ok, s_a_row, chunk, s_a_time, seq_len, 0.0, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
+                   BACKWARD)
+    b = load_chunk(b_ptr, rows, row_ok, s_b_row, chunk, s_b_time, seq_len, 1.0, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
+                   BACKWARD)
     for i in range(my_chunks):
         if PREFETCH:
-            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD)
-            next_a = load_tile(a_ptr, rows, s_a_row, next_steps, s_a_time, next_mask, 0.0, DTYPE)
-            next_b = load_tile(b_ptr, rows, s_b_row, next_steps, s_b_time, next_mask, 1.0, DTYPE)
+            next_chunk, _, _ = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD)
+            next_a = load_chunk(a_ptr, rows, row_ok, s_a_row, next_chunk, s_a_time, seq_len, 0.0, DTYPE, BLOCK_ROWS,
+                                BLOCK_TIME, VEC, BACKWARD)
+            next_b = load_chunk(b_ptr, rows, row_ok, s_b_row, next_chunk, s_b_time, seq_len, 1.0, DTYPE, BLOCK_ROWS,
+                                BLOCK_TIME, VEC, BACKWARD)
         scan_a, scan_b = scan(a, b)
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
                                 last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
                                 BLOCK_ROWS, WINDOW)
         x = scan_a + scan_b * carry[:, None]
-        store_tile(out_ptr, rows, s_out_row, steps, s_out_time, x, mask)
+        store_chunk(out_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, x, BLOCK_ROWS, BLOCK_TIME, VEC,
+                    BACKWARD)
         carry = last_column(x, BLOCK_TIME)
         if PREFETCH:
-            a, b, steps, mask = next_a, next_b, next_steps, next_mask
+            a, b, chunk = next_a, next_b, next_chunk

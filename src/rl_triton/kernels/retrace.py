@@ -1,4 +1,14 @@
-"""Retrace(lambda): prologue (expected next Q, traces c[t+1]) and epilogue (targets, advantages)."""
+"""Retrace(lambda): prologue (expected next Q, traces c[t+1]) and epilogue (targets, advantages).
+
+Every input is read once. The per-action tensors are read as ``[rows, time, ACTION_LANES]`` tiles,
+``ACTION_PASSES`` of them side by side per action group: a few lanes per step keep each warp's
+loads on a few cache lines while the reduction over actions stays mostly inside each thread (a
+warp spread over all 32 lanes of one step spends more time shuffling than loading). The taken
+action's probability is picked from the same tiles. The values of step t+1 (trace c[t+1] and
+Q(s_{t+1}, a_{t+1})) are the previous element in processing order, taken from the tile itself
+and, at the chunk edge, carried from the chunk processed before (one column load when time is
+split across programs).
+"""
 
 import triton
 import triton.language as tl
@@ -19,11 +29,109 @@ from rl_triton.kernels.scan import (
 @triton.jit
 def taken_action_prob(probs_ptr, s_probs_row, s_probs_time, s_probs_action, rows, steps, actions, mask, num_actions,
                       DTYPE: tl.constexpr):
-    """pi(a_t | s_t) at the taken action; NaN where the action index is out of range."""
+    """pi(a_t | s_t) at the taken action, by a gather; NaN where the action index is out of range."""
     in_range = (actions >= 0) & (actions < num_actions)
-    offsets = rows[:, None] * s_probs_row + steps[None, :] * s_probs_time + actions.to(tl.int64) * s_probs_action
+    offsets = rows * s_probs_row + steps * s_probs_time + actions.to(tl.int64) * s_probs_action
     prob = tl.load(probs_ptr + offsets, mask=mask & in_range, other=0.0).to(DTYPE)
     return tl.where(in_range, prob, float("nan"))
+
+
+@triton.jit
+def trace_of(taken, behavior, trace_scale, c_clip):
+    """c = lambda * min(c_bar, pi / mu); NaN ratios stay NaN."""
+    return trace_scale * tl.minimum(taken / behavior, c_clip, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def action_group(first_action, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr):
+    """[1, 1, passes, lanes] action indices of a group: pass p, lane l holds action first + p * lanes + l."""
+    passes = tl.arange(0, ACTION_PASSES)[:, None]
+    lanes = tl.arange(0, ACTION_LANES)[None, :]
+    return (first_action + passes * ACTION_LANES + lanes)[None, None, :, :]
+
+
+@triton.jit
+def load_action_tiles(probs_ptr, s_pt_row, s_pt_time, s_pt_action, next_q_ptr, s_nq_row, s_nq_time, s_nq_action,
+                      rows, steps, mask, first_action, num_actions,
+                      ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr):
+    """pi(. | s_t) and Q(s_{t+1}, .) of one action group, as stored: [rows, time, passes, lanes] tiles.
+
+    The lanes of a step are the fastest dimension (the warp reads ``ACTION_LANES`` neighbouring
+    actions of a few steps at once) and the passes stay inside each thread, so the sums over
+    actions are mostly additions in registers.
+    """
+    action = action_group(first_action, ACTION_LANES, ACTION_PASSES)
+    tile_mask = mask[:, :, None, None] & (action < num_actions)
+    action = action.to(tl.int64)
+    base_pt = rows[:, None, None, None] * s_pt_row + steps[None, :, None, None] * s_pt_time
+    base_nq = rows[:, None, None, None] * s_nq_row + steps[None, :, None, None] * s_nq_time
+    probs = tl.load(probs_ptr + base_pt + action * s_pt_action, mask=tile_mask, other=0.0)
+    next_q = tl.load(next_q_ptr + base_nq + action * s_nq_action, mask=tile_mask, other=0.0)
+    return probs, next_q
+
+
+@triton.jit
+def reduce_action_tiles(probs, next_q, taken_lane, first_action,
+                        ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, DTYPE: tl.constexpr):
+    """(sum_a pi * Q_next, pi at ``taken_lane``) over one action group; 0 where the group lacks the action."""
+    action = action_group(first_action, ACTION_LANES, ACTION_PASSES)
+    probs = probs.to(DTYPE)
+    weighted = tl.sum(tl.sum(probs * next_q.to(DTYPE), axis=3), axis=2)
+    # exactly one lane holds the taken action: a sum of one value and zeros is that value
+    picked = tl.sum(tl.sum(tl.where(action == taken_lane[:, :, None, None], probs, 0.0), axis=3), axis=2)
+    return weighted, picked
+
+
+@triton.jit
+def chunk_mask(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr):
+    """Time indices (descending) and in-range mask of the chunk at ``position`` in processing order.
+
+    Positions past the last chunk give an all-false mask: prefetching "the chunk after the last" reads nothing.
+    """
+    steps = chunk_steps(num_chunks - 1 - position, BLOCK_TIME, True)
+    return steps, row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
+
+
+@triton.jit
+def chunk_inputs(
+    probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
+    terminated_ptr, truncated_ptr,
+    s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
+    s_pb_row, s_pb_time, s_q_row, s_q_time, s_act_row, s_act_time, s_rewards_row, s_rewards_time,
+    s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+    rows, steps, mask, num_actions, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """Every load of one chunk (the per-action tiles of the first action group only)."""
+    reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
+    q_value = load_tile(q_values_ptr, rows, s_q_row, steps, s_q_time, mask, 0.0, DTYPE)
+    terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+    truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+    behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
+    actions = tl.load(actions_ptr + rows[:, None] * s_act_row + steps[None, :] * s_act_time, mask=mask, other=0)
+    probs, next_q = load_action_tiles(
+        probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, next_q_ptr, s_nq_row, s_nq_time, s_nq_action,
+        rows, steps, mask, 0, num_actions, ACTION_LANES, ACTION_PASSES,
+    )
+    return reward, q_value, terminated, truncated, behavior, actions, probs, next_q
+
+
+@triton.jit
+def keep_previous(cur_first, prev_first, known_first, cur_second, prev_second, known_second):
+    # a segment's value is (its last element, the element before that); `known` says whether the
+    # latter lies inside the segment (or was given at the chunk edge)
+    return cur_second, tl.where(known_second, prev_second, cur_first), known_first | known_second | True
+
+
+@triton.jit
+def previous_in_order(x, before, BLOCK_TIME: tl.constexpr):
+    """x one step earlier in processing order (one step later in time); ``before`` enters at the chunk edge.
+
+    A scan of selects: exact, and NaN or inf in one step never reaches another.
+    """
+    first = (tl.arange(0, BLOCK_TIME) == 0)[None, :]
+    edge = tl.where(first, before[:, None], tl.zeros_like(x))
+    _, previous, _ = tl.associative_scan((x, edge, tl.broadcast_to(first, x.shape)), 1, keep_previous)
+    return previous
 
 
 @triton.jit
@@ -36,58 +144,90 @@ def retrace_kernel(
     s_pb_row, s_pb_time, s_q_row, s_q_time, s_act_row, s_act_time, s_rewards_row, s_rewards_time,
     s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_out_row, s_out_time,
     gamma: tl.float64, lambda_: tl.float64, c_bar: tl.float64, rho_bar: tl.float64,
-    SPLIT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, BLOCK_ACTIONS: tl.constexpr,
-    WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+    SPLIT: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
+    ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, WINDOW: tl.constexpr,
+    DTYPE: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    action_lanes = tl.arange(0, BLOCK_ACTIONS)
     discount = tl.cast(gamma, DTYPE)
     trace_scale = tl.cast(lambda_, DTYPE)
     c_clip = tl.cast(c_bar, DTYPE)
     rho_clip = tl.cast(rho_bar, DTYPE)
+    group_size: tl.constexpr = ACTION_LANES * ACTION_PASSES
+    # D, c and Q(s, a) at the step after the chunk (beyond the rollout: D[T] = c[T] = 0, Q_ret[T] := 0)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
+    trace_after = tl.zeros([BLOCK_ROWS], DTYPE)
+    q_after = tl.zeros([BLOCK_ROWS], DTYPE)
+    steps, mask = chunk_mask(order, num_chunks, seq_len, row_ok, BLOCK_TIME)
+    inputs = chunk_inputs(
+        probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
+        terminated_ptr, truncated_ptr, s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
+        s_pb_row, s_pb_time, s_q_row, s_q_time, s_act_row, s_act_time, s_rewards_row, s_rewards_time,
+        s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+        rows, steps, mask, num_actions, ACTION_LANES, ACTION_PASSES, DTYPE,
+    )
     for i in range(my_chunks):
-        steps = chunk_steps(num_chunks - 1 - order - i, BLOCK_TIME, True)
-        mask = row_ok[:, None] & (steps < seq_len)[None, :]
-        next_ok = row_ok[:, None] & (steps + 1 < seq_len)[None, :]
-        reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
-        q_value = load_tile(q_values_ptr, rows, s_q_row, steps, s_q_time, mask, 0.0, DTYPE)
-        q_next = load_tile(q_values_ptr, rows, s_q_row, steps + 1, s_q_time, next_ok, 0.0, DTYPE)
-        terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
-        truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        if PREFETCH:
+            # Triton does not pipeline loads into registers: issue the next chunk's before this one's work
+            next_steps, next_mask = chunk_mask(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME)
+            next_inputs = chunk_inputs(
+                probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
+                terminated_ptr, truncated_ptr, s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
+                s_pb_row, s_pb_time, s_q_row, s_q_time, s_act_row, s_act_time, s_rewards_row, s_rewards_time,
+                s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+                rows, next_steps, next_mask, num_actions, ACTION_LANES, ACTION_PASSES, DTYPE,
+            )
+        elif i > 0:
+            steps, mask = chunk_mask(order + i, num_chunks, seq_len, row_ok, BLOCK_TIME)
+            inputs = chunk_inputs(
+                probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
+                terminated_ptr, truncated_ptr, s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
+                s_pb_row, s_pb_time, s_q_row, s_q_time, s_act_row, s_act_time, s_rewards_row, s_rewards_time,
+                s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+                rows, steps, mask, num_actions, ACTION_LANES, ACTION_PASSES, DTYPE,
+            )
+        reward, q_value, terminated, truncated, behavior, actions, probs, next_q = inputs
+        if SPLIT:
+            # this program has not seen the chunk after its own: read that chunk's first step
+            after = tl.cast(num_chunks - order, tl.int64) * BLOCK_TIME
+            after_ok = row_ok & (after < seq_len)
+            q_after = tl.load(q_values_ptr + rows * s_q_row + after * s_q_time, mask=after_ok, other=0.0).to(DTYPE)
+            actions_after = tl.load(actions_ptr + rows * s_act_row + after * s_act_time, mask=after_ok, other=0)
+            behavior_after = tl.load(probs_behavior_ptr + rows * s_pb_row + after * s_pb_time, mask=after_ok,
+                                     other=1.0).to(DTYPE)
+            taken_after = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, after,
+                                            actions_after, after_ok, num_actions, DTYPE)
+            trace_after = tl.where(after_ok, trace_of(taken_after, behavior_after, trace_scale, c_clip), 0.0)
 
-        # E_pi[Q(s_{t+1}, .)] over action blocks
-        expected_next_q = tl.zeros([BLOCK_ROWS, BLOCK_TIME], DTYPE)
-        base_pt = rows[:, None, None] * s_pt_row + steps[None, :, None] * s_pt_time
-        base_nq = rows[:, None, None] * s_nq_row + steps[None, :, None] * s_nq_time
-        for first_action in range(0, num_actions, BLOCK_ACTIONS):
-            action = (first_action + action_lanes).to(tl.int64)[None, None, :]
-            action_mask = mask[:, :, None] & (action < num_actions)
-            probs = tl.load(probs_target_ptr + base_pt + action * s_pt_action, mask=action_mask, other=0.0)
-            next_q = tl.load(next_q_ptr + base_nq + action * s_nq_action, mask=action_mask, other=0.0)
-            expected_next_q += tl.sum(probs.to(DTYPE) * next_q.to(DTYPE), axis=2)
-
-        actions = tl.load(actions_ptr + rows[:, None] * s_act_row + steps[None, :] * s_act_time, mask=mask, other=0)
-        taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, steps, actions, mask,
-                                  num_actions, DTYPE)
-        behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
+        in_range = (actions >= 0) & (actions < num_actions)
+        # in-range indices fit in int32 (whatever their storage type); -1 matches no action
+        taken_lane = tl.where(in_range, actions.to(tl.int32), -1)
+        expected_next_q, taken = reduce_action_tiles(probs, next_q, taken_lane, 0, ACTION_LANES, ACTION_PASSES,
+                                                     DTYPE)
+        if MORE_ACTIONS:
+            # more actions than one group holds: the rest are read here, without prefetch
+            for first_action in range(group_size, num_actions, group_size):
+                more_probs, more_next_q = load_action_tiles(
+                    probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, next_q_ptr, s_nq_row, s_nq_time, s_nq_action,
+                    rows, steps, mask, first_action, num_actions, ACTION_LANES, ACTION_PASSES,
+                )
+                more_weighted, more_taken = reduce_action_tiles(more_probs, more_next_q, taken_lane, first_action,
+                                                                ACTION_LANES, ACTION_PASSES, DTYPE)
+                expected_next_q += more_weighted
+                taken += more_taken
+        taken = tl.where(in_range, taken, float("nan"))
         ratio = taken / behavior
-
-        # the decay at t uses the trace of step t+1 (c[T] := 0)
-        actions_next = tl.load(actions_ptr + rows[:, None] * s_act_row + (steps + 1)[None, :] * s_act_time,
-                               mask=next_ok, other=0)
-        taken_next = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, steps + 1,
-                                       actions_next, next_ok, num_actions, DTYPE)
-        behavior_next = load_tile(probs_behavior_ptr, rows, s_pb_row, steps + 1, s_pb_time, next_ok, 1.0, DTYPE)
-        trace_next = trace_scale * tl.minimum(taken_next / behavior_next, c_clip, propagate_nan=tl.PropagateNan.ALL)
-        trace_next = tl.where(next_ok, trace_next, 0.0)
+        # c[t] := 0 beyond the rollout, so the decay of step T-1 reads c[T] = 0
+        trace = tl.where(mask, trace_of(taken, behavior, trace_scale, c_clip), 0.0)
+        trace_next = previous_in_order(trace, trace_after, BLOCK_TIME)
+        q_next = previous_in_order(q_value, q_after, BLOCK_TIME)
 
         not_done = 1.0 - tl.maximum(terminated, truncated)
         delta = reward + discount * expected_next_q * (1.0 - terminated) - q_value
         decay = discount * trace_next * not_done
         scan_a, scan_b, next_a, next_b = scan_with_previous(tl.where(mask, delta, 0.0),
-                                                                 tl.where(mask, decay, 1.0))
+                                                            tl.where(mask, decay, 1.0))
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
                                 last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
@@ -99,3 +239,8 @@ def retrace_kernel(
         store_tile(targets_ptr, rows, s_out_row, steps, s_out_time, correction + q_value, mask)
         store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
         carry = last_column(correction, BLOCK_TIME)
+        trace_after = last_column(trace, BLOCK_TIME)
+        q_after = last_column(q_value, BLOCK_TIME)
+        if PREFETCH:
+            inputs = next_inputs
+            steps, mask = next_steps, next_mask

@@ -12,10 +12,9 @@ from rl_triton.kernels.scan import (
     chunk_window,
     claim_work,
     last_column,
-    load_flag,
-    load_tile,
+    load_chunk,
     scan,
-    store_tile,
+    store_chunk,
     tile_rows,
 )
 
@@ -24,21 +23,27 @@ from rl_triton.kernels.scan import (
 def returns_chunk_inputs(
     rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
     s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
-    s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, steps, mask,
+    s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, chunk, seq_len,
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
 ):
     """The loads of one chunk; tensors a call does not pass are zeros."""
-    rewards = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
-    terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+    rewards = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
+                         BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
+                            BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
     truncated = tl.zeros_like(terminated)
     if HAS_TRUNCATED:
-        truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
+                               BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
     next_value = tl.zeros_like(rewards)
     if HAS_NEXT_VALUES:
-        next_value = load_tile(next_values_ptr, rows, s_next_row, steps, s_next_time, mask, 0.0, DTYPE)
+        next_value = load_chunk(next_values_ptr, rows, row_ok, s_next_row, chunk, s_next_time, seq_len, 0.0, DTYPE,
+                                BLOCK_ROWS, BLOCK_TIME, VEC, True)
     bootstrap = tl.zeros_like(rewards)
     if HAS_TRUNCATED and HAS_BOOTSTRAP:
-        bootstrap = load_tile(bootstrap_ptr, rows, s_boot_row, steps, s_boot_time, mask, 0.0, DTYPE)
+        bootstrap = load_chunk(bootstrap_ptr, rows, row_ok, s_boot_row, chunk, s_boot_time, seq_len, 0.0, DTYPE,
+                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
     return rewards, terminated, truncated, next_value, bootstrap
 
 
@@ -52,7 +57,7 @@ def returns_kernel(
     gamma: tl.float64, lambda_: tl.float64,
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr,
     SPLIT: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
-    WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+    WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -64,20 +69,20 @@ def returns_kernel(
     if HAS_BOOTSTRAP:
         last = rows * s_boot_row + tl.cast(seq_len - 1, tl.int64) * s_boot_time
         carry = tl.load(bootstrap_ptr + last, mask=row_ok, other=0.0).to(DTYPE)
-    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    chunk, _, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
     inputs, terminated, truncated, next_value, bootstrap = returns_chunk_inputs(
         rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
         s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
-        s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, steps, mask,
-        HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE)
+        s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, chunk, seq_len,
+        HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
     for i in range(my_chunks):
         if PREFETCH:
-            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            next_chunk, _, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
             next_inputs = returns_chunk_inputs(
                 rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
                 s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
-                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, next_steps, next_mask,
-                HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE)
+                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, next_chunk, seq_len,
+                HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
         not_done = 1.0 - tl.maximum(terminated, truncated)
         if HAS_NEXT_VALUES:
             inputs += value_weight * not_done * next_value
@@ -89,8 +94,9 @@ def returns_kernel(
                                 last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
                                 BLOCK_ROWS, WINDOW)
         returns = scan_a + scan_b * carry[:, None]
-        store_tile(returns_ptr, rows, s_out_row, steps, s_out_time, returns, mask)
+        store_chunk(returns_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, returns,
+                    BLOCK_ROWS, BLOCK_TIME, VEC, True)
         carry = last_column(returns, BLOCK_TIME)
         if PREFETCH:
             inputs, terminated, truncated, next_value, bootstrap = next_inputs
-            steps, mask = next_steps, next_mask
+            chunk, mask = next_chunk, next_mask

@@ -59,7 +59,7 @@ def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
 
 @triton.jit
 def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
-    """Time indices and in-range mask of the chunk at ``position`` in processing order.
+    """Chunk index, time indices (processing order) and in-range mask of the chunk at ``position``.
 
     Positions past the last chunk give an all-false mask, so the prefetch of "the chunk after the
     last one" reads nothing.
@@ -70,7 +70,7 @@ def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr
         chunk = position
     steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD)
     mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
-    return steps, mask
+    return chunk, steps, mask
 
 
 @triton.jit
@@ -200,3 +200,87 @@ def load_flag(ptr, rows, row_stride, steps, time_stride, mask, DTYPE: tl.constex
 def store_tile(ptr, rows, row_stride, steps, time_stride, values, mask):
     tl.store(ptr + rows[:, None] * row_stride + steps[None, :] * time_stride,
              values.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def flip_pairs(x):
+    """Reverse the last axis, of size 2, in registers."""
+    first, second = tl.split(x)
+    return tl.join(second, first)
+
+
+@triton.jit
+def flip_groups(x, BLOCK_ROWS: tl.constexpr, GROUPS: tl.constexpr, VEC: tl.constexpr):
+    """Reverse the last axis (VEC = 1, 2, 4 or 8) of a [BLOCK_ROWS, GROUPS, VEC] tile.
+
+    Each thread holds whole groups, so split/join only rename registers (tl.flip does not).
+    Element 2h + l of a group is split on l; reversing h within each half and swapping the halves
+    reverses the group.
+    """
+    if VEC == 1:
+        return x
+    elif VEC == 2:
+        return flip_pairs(x)
+    elif VEC == 4:
+        even, odd = tl.split(tl.reshape(x, [BLOCK_ROWS, GROUPS, 2, 2]))
+        return tl.reshape(tl.join(flip_pairs(odd), flip_pairs(even)), [BLOCK_ROWS, GROUPS, 4])
+    else:
+        even, odd = tl.split(tl.reshape(x, [BLOCK_ROWS, GROUPS, 4, 2]))
+        even = flip_groups(even, BLOCK_ROWS, GROUPS, 4)
+        odd = flip_groups(odd, BLOCK_ROWS, GROUPS, 4)
+        return tl.reshape(tl.join(odd, even), [BLOCK_ROWS, GROUPS, 8])
+
+
+@triton.jit
+def memory_steps(chunk, shift, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr):
+    """[GROUPS, VEC] time indices of a backward chunk: groups from the end, steps ascending inside.
+
+    Reversed into processing order by flip_groups, this is chunk_steps(chunk, BLOCK_TIME, True),
+    but every group is contiguous in memory, so its loads and stores are vectorised.
+    """
+    groups = tl.arange(0, BLOCK_TIME // VEC)
+    lanes = tl.arange(0, VEC)
+    first = tl.cast(chunk, tl.int64) * BLOCK_TIME + BLOCK_TIME + shift
+    return first - (groups[:, None] + 1) * VEC + lanes[None, :]
+
+
+@triton.jit
+def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE: tl.constexpr,
+               BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
+               SHIFT: tl.constexpr = 0, FLAG: tl.constexpr = False):
+    """A [rows, time] tile of ``chunk`` in processing order, of time steps shifted by SHIFT.
+
+    Steps outside [0, seq_len) read ``other``. FLAG tiles (bool, integer or float storage) become
+    0/1: any non-zero value is set. Backward chunks with VEC > 1 load groups of VEC contiguous
+    steps and reverse them in registers, so the loads are vectorised.
+    """
+    if BACKWARD and VEC > 1:
+        steps = memory_steps(chunk, SHIFT, BLOCK_TIME, VEC)
+        mask = row_ok[:, None, None] & ((steps >= 0) & (steps < seq_len))[None, :, :]
+        values = tl.load(ptr + rows[:, None, None] * row_stride + steps[None, :, :] * time_stride, mask=mask,
+                         other=other)
+        values = tl.reshape(flip_groups(values, BLOCK_ROWS, BLOCK_TIME // VEC, VEC), [BLOCK_ROWS, BLOCK_TIME])
+    else:
+        steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD) + SHIFT
+        mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
+        values = tl.load(ptr + rows[:, None] * row_stride + steps[None, :] * time_stride, mask=mask, other=other)
+    if FLAG:
+        return (values != 0).to(DTYPE)
+    return values.to(DTYPE)
+
+
+@triton.jit
+def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, values,
+                BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr):
+    """Store a [rows, time] tile given in processing order (the inverse of load_chunk)."""
+    values = values.to(ptr.dtype.element_ty)
+    if BACKWARD and VEC > 1:
+        steps = memory_steps(chunk, 0, BLOCK_TIME, VEC)
+        mask = row_ok[:, None, None] & ((steps >= 0) & (steps < seq_len))[None, :, :]
+        values = flip_groups(tl.reshape(values, [BLOCK_ROWS, BLOCK_TIME // VEC, VEC]), BLOCK_ROWS,
+                             BLOCK_TIME // VEC, VEC)
+        tl.store(ptr + rows[:, None, None] * row_stride + steps[None, :, :] * time_stride, values, mask=mask)
+    else:
+        steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD)
+        mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
+        tl.store(ptr + rows[:, None] * row_stride + steps[None, :] * time_stride, values, mask=mask)

@@ -9,10 +9,9 @@ from rl_triton.kernels.scan import (
     chunk_window,
     claim_work,
     last_column,
-    load_flag,
-    load_tile,
+    load_chunk,
     scan_with_previous,
-    store_tile,
+    store_chunk,
     tile_rows,
 )
 
@@ -22,20 +21,27 @@ def vtrace_chunk_inputs(
     log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
     last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
     s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
-    rows, steps, mask, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
 ):
     """The loads of one chunk: log-probabilities, rewards, values, flags and the next state's value."""
-    log_target = load_tile(log_target_ptr, rows, s_target_row, steps, s_target_time, mask, 0.0, DTYPE)
-    log_behavior = load_tile(log_behavior_ptr, rows, s_behavior_row, steps, s_behavior_time, mask, 0.0, DTYPE)
-    reward = load_tile(rewards_ptr, rows, s_rewards_row, steps, s_rewards_time, mask, 0.0, DTYPE)
-    value = load_tile(values_ptr, rows, s_values_row, steps, s_values_time, mask, 0.0, DTYPE)
-    terminated = load_flag(terminated_ptr, rows, s_term_row, steps, s_term_time, mask, DTYPE)
+    log_target = load_chunk(log_target_ptr, rows, row_ok, s_target_row, chunk, s_target_time, seq_len, 0.0, DTYPE,
+                            BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    log_behavior = load_chunk(log_behavior_ptr, rows, row_ok, s_behavior_row, chunk, s_behavior_time, seq_len, 0.0, DTYPE,
+                              BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
+                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    value = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
+                       BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
+                            BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
     truncated = tl.zeros_like(terminated)
     if HAS_TRUNCATED:
-        truncated = load_flag(truncated_ptr, rows, s_trunc_row, steps, s_trunc_time, mask, DTYPE)
+        truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
+                               BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
     value_next = next_state_value(
         values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
-        last_value, rows, steps, mask, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE,
+        last_value, rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
     )
     return log_target, log_behavior, reward, value, terminated, truncated, value_next
 
@@ -52,6 +58,7 @@ def vtrace_kernel(
     gamma: tl.float64, rho_bar: tl.float64, c_bar: tl.float64,
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -62,21 +69,21 @@ def vtrace_kernel(
     if BOOTSTRAP == 1:
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
-    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    chunk, steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
     log_target, log_behavior, reward, value, terminated, truncated, value_next = vtrace_chunk_inputs(
         log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
         last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
         s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
-        rows, steps, mask, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE)
+        rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
     for i in range(my_chunks):
         if PREFETCH:
-            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            next_chunk, next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
             next_inputs = vtrace_chunk_inputs(
                 log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr,
                 bootstrap_ptr, last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time,
                 s_values_row, s_values_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time,
-                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, next_steps, next_mask, seq_len,
-                HAS_TRUNCATED, BOOTSTRAP, DTYPE)
+                s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, next_chunk, next_steps, seq_len,
+                HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
         ratio = tl.exp(log_target - log_behavior)
         rho = tl.minimum(ratio, rho_clip, propagate_nan=tl.PropagateNan.ALL)
         trace = tl.minimum(ratio, c_clip, propagate_nan=tl.PropagateNan.ALL)
@@ -94,9 +101,11 @@ def vtrace_kernel(
         # vs[t+1] - v_next[t] = correction[t+1] wherever vs[t+1] is used (not done), and the
         # last column uses bootstrap values for both, so A[t] = delta[t] + rho*gamma*(1-done)*correction[t+1]
         advantage = delta + rho * discount * not_done * correction_next
-        store_tile(targets_ptr, rows, s_out_row, steps, s_out_time, correction + value, mask)
-        store_tile(advantages_ptr, rows, s_out_row, steps, s_out_time, advantage, mask)
+        store_chunk(targets_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, correction + value,
+                    BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        store_chunk(advantages_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, advantage,
+                    BLOCK_ROWS, BLOCK_TIME, VEC, True)
         carry = last_column(correction, BLOCK_TIME)
         if PREFETCH:
             log_target, log_behavior, reward, value, terminated, truncated, value_next = next_inputs
-            steps, mask = next_steps, next_mask
+            chunk, steps, mask = next_chunk, next_steps, next_mask

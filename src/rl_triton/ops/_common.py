@@ -1,22 +1,19 @@
-"""Plumbing shared by the public functions: optional inputs, dispatch and empty problems."""
+"""Plumbing shared by the public functions."""
 
 from __future__ import annotations
 
 import torch
 
-from rl_triton import _checks
-from rl_triton._layout import RowLayout
 
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """True when autograd will want gradients of any of ``tensors``.
 
-def rows_or_none(layout: RowLayout, x: torch.Tensor | None) -> torch.Tensor | None:
-    return None if x is None else layout.rows(x)
-
-
-def per_row_or_none(layout: RowLayout, x: torch.Tensor | None) -> torch.Tensor | None:
-    return None if x is None else layout.per_row(x)
-
-
-def optional_matching(
-    name: str, value: object, dtypes: tuple[torch.dtype, ...], like: torch.Tensor, like_name: str
-) -> torch.Tensor | None:
-    return None if value is None else _checks.matching(name, value, dtypes, like, like_name)
+    Reads the grad mode once and stops at the first tensor that requires grad: this runs on every
+    call, so no generator and no ``any``.
+    """
+    if not torch.is_grad_enabled():
+        return False
+    for tensor in tensors:
+        if tensor is not None and tensor.requires_grad:
+            return True
+    return False

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton import _checks, _library, reference
-from rl_triton._autograd import needs_grad
+from rl_triton import _autograd, _checks, _library
+from rl_triton._checks import FLAG_DTYPES, FLOAT_DTYPES
 from rl_triton._layout import RowLayout
-from rl_triton.ops._common import optional_matching, per_row_or_none, rows_or_none
+from rl_triton.ops._common import needs_grad
 
 
 def compute_gae(
@@ -53,37 +53,43 @@ def compute_gae(
     Returns:
         advantages A[t], the shape and dimension order of ``rewards``.
     """
-    rewards = _checks.tensor("rewards", rewards, _checks.FLOAT_DTYPES)
-    layout = RowLayout(rewards.shape, time_dim, "rewards")
-    values = _checks.matching("values", values, _checks.FLOAT_DTYPES, rewards, "rewards")
-    terminateds = _checks.matching("terminateds", terminateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    truncateds = optional_matching("truncateds", truncateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0)
-    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0)
-    _checks.exclusive(
-        "last_value", last_value, "bootstrap_values", bootstrap_values,
-        "last_value [num_envs] fills only the last column of bootstrap_values [num_envs, seq_len]",
-    )
-    if last_value is not None and truncateds is not None:
-        raise _checks.InputError(
-            "last_value cannot be combined with truncateds: truncated steps need their own bootstrap "
-            "values, so pass bootstrap_values (docs/conventions.md)"
-        )
-    bootstrap_values = optional_matching("bootstrap_values", bootstrap_values, _checks.FLOAT_DTYPES, rewards, "rewards")
+    compiling = torch.compiler.is_compiling()
+    rewards = _checks.tensor("rewards", rewards, FLOAT_DTYPES)
+    shape, device = rewards.shape, rewards.device
+    layout = RowLayout(shape, time_dim, "rewards")
+    values = _checks.matching("values", values, FLOAT_DTYPES, shape, device, "rewards")
+    terminateds = _checks.matching("terminateds", terminateds, FLAG_DTYPES, shape, device, "rewards")
+    truncateds = _checks.optional_matching("truncateds", truncateds, FLAG_DTYPES, shape, device, "rewards")
+    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0, compiling=compiling)
+    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0, compiling=compiling)
     if last_value is not None:
-        last_value = layout.check_per_row("last_value", last_value, rewards)
+        if bootstrap_values is not None:
+            _checks.exclusive(
+                "last_value", last_value, "bootstrap_values", bootstrap_values,
+                "last_value [num_envs] fills only the last column of bootstrap_values [num_envs, seq_len]",
+            )
+        if truncateds is not None:
+            raise _checks.InputError(
+                "last_value cannot be combined with truncateds: truncated steps need their own bootstrap "
+                "values, so pass bootstrap_values (docs/conventions.md)"
+            )
+    bootstrap_values = _checks.optional_matching(
+        "bootstrap_values", bootstrap_values, FLOAT_DTYPES, shape, device, "rewards"
+    )
+    if last_value is not None:
+        last_value = layout.check_per_row("last_value", last_value, device)
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
-    if _checks.correctness_checks_enabled():
+    if _checks.correctness_checks_enabled(compiling):
         _checks.check_flags_exclusive(terminateds, truncateds)
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, rewards.device)
+        return layout.empty(result_dtype, device)
     args = (
-        layout.rows(rewards), layout.rows(values), layout.rows(terminateds), rows_or_none(layout, truncateds),
-        gamma, lambda_, rows_or_none(layout, bootstrap_values), per_row_or_none(layout, last_value),
+        layout.rows(rewards), layout.rows(values), layout.rows(terminateds), layout.rows_or_none(truncateds),
+        gamma, lambda_, layout.rows_or_none(bootstrap_values), layout.per_row_or_none(last_value),
     )
     if needs_grad(rewards, values, bootstrap_values, last_value):
-        return layout.from_rows(reference.compute_gae(*args), result_dtype)
-    advantages = _library.call(_library.gae, _library.gae_op, *args, result_dtype, layout.time_major_output)
-    return layout.from_rows(advantages, result_dtype)
+        return layout.from_rows(_autograd.gae(*args, result_dtype, layout.time_major_output), result_dtype)
+    run = _library.gae_op if compiling else _library.gae
+    return layout.from_rows(run(*args, result_dtype, layout.time_major_output), result_dtype)

@@ -43,8 +43,11 @@ def compute_episodic_prefix_sum(
     Returns:
         C[t], the shape and dimension order of ``inputs``.
     """
+    compiling = torch.compiler.is_compiling()
     inputs = _checks.tensor("inputs", inputs, _checks.FLOAT_DTYPES)
     layout = RowLayout(inputs.shape, time_dim, "inputs")
     if boundary not in _BOUNDARIES:
         raise _checks.InputError(f"boundary: expected 'ends_at' or 'starts_at', got {boundary!r}")
-    return episodic_scan(layout, "inputs", inputs, dones, seed_values, 1.0, boundary == "ends_at", out_dtype)
+    return episodic_scan(
+        layout, "inputs", inputs, dones, seed_values, 1.0, boundary == "ends_at", out_dtype, compiling
+    )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from rl_triton import _checks, _library, reference
-from rl_triton._autograd import needs_grad
+from rl_triton._checks import FLAG_DTYPES, FLOAT_DTYPES, INDEX_DTYPES
 from rl_triton._layout import RowLayout
+from rl_triton.ops._common import needs_grad
 
 
 def compute_retrace(
@@ -62,48 +63,54 @@ def compute_retrace(
     Returns:
         ``(retrace_targets, advantages)``, each with the shape and dimension order of ``rewards``.
     """
-    rewards = _checks.tensor("rewards", rewards, _checks.FLOAT_DTYPES)
-    layout = RowLayout(rewards.shape, time_dim, "rewards")
-    action_probs_target = _checks.tensor("action_probs_target", action_probs_target, _checks.FLOAT_DTYPES)
-    if action_probs_target.dim() != rewards.dim() + 1 or action_probs_target.shape[-1] == 0:
+    compiling = torch.compiler.is_compiling()
+    rewards = _checks.tensor("rewards", rewards, FLOAT_DTYPES)
+    shape, device = rewards.shape, rewards.device
+    layout = RowLayout(shape, time_dim, "rewards")
+    action_probs_target = _checks.tensor("action_probs_target", action_probs_target, FLOAT_DTYPES)
+    per_action_shape = action_probs_target.shape
+    if len(per_action_shape) != len(shape) + 1 or per_action_shape[-1] == 0:
         raise _checks.InputError(
-            f"action_probs_target: expected shape {(*rewards.shape, 'num_actions')} with num_actions >= 1 "
-            f"(the shape of rewards plus a last action dimension), got {tuple(action_probs_target.shape)}"
+            f"action_probs_target: expected shape {(*shape, 'num_actions')} with num_actions >= 1 "
+            f"(the shape of rewards plus a last action dimension), got {tuple(per_action_shape)}"
         )
-    per_action_shape = torch.Size((*rewards.shape, action_probs_target.shape[-1]))
+    if per_action_shape[:-1] != shape:
+        # the shape the per-action tensors should have, for the message of the check below
+        per_action_shape = torch.Size((*shape, per_action_shape[-1]))
     action_probs_target = _checks.matching(
-        "action_probs_target", action_probs_target, _checks.FLOAT_DTYPES, rewards, "rewards", per_action_shape
+        "action_probs_target", action_probs_target, FLOAT_DTYPES, per_action_shape, device, "rewards"
     )
     next_q_values_all = _checks.matching(
-        "next_q_values_all", next_q_values_all, _checks.FLOAT_DTYPES, rewards, "rewards and action_probs_target",
-        per_action_shape,
+        "next_q_values_all", next_q_values_all, FLOAT_DTYPES, per_action_shape, device,
+        "rewards and action_probs_target",
     )
     action_probs_behavior = _checks.matching(
-        "action_probs_behavior", action_probs_behavior, _checks.FLOAT_DTYPES, rewards, "rewards"
+        "action_probs_behavior", action_probs_behavior, FLOAT_DTYPES, shape, device, "rewards"
     )
-    q_values = _checks.matching("q_values", q_values, _checks.FLOAT_DTYPES, rewards, "rewards")
-    actions = _checks.matching("actions", actions, _checks.INDEX_DTYPES, rewards, "rewards")
-    terminateds = _checks.matching("terminateds", terminateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    truncateds = _checks.matching("truncateds", truncateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0)
-    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0)
-    c_bar = _checks.scalar("c_bar", c_bar, 0.0, include_inf=True)
-    rho_bar = _checks.scalar("rho_bar", rho_bar, 0.0, include_inf=True)
+    q_values = _checks.matching("q_values", q_values, FLOAT_DTYPES, shape, device, "rewards")
+    actions = _checks.matching("actions", actions, INDEX_DTYPES, shape, device, "rewards")
+    terminateds = _checks.matching("terminateds", terminateds, FLAG_DTYPES, shape, device, "rewards")
+    truncateds = _checks.matching("truncateds", truncateds, FLAG_DTYPES, shape, device, "rewards")
+    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0, compiling=compiling)
+    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0, compiling=compiling)
+    c_bar = _checks.scalar("c_bar", c_bar, 0.0, include_inf=True, compiling=compiling)
+    rho_bar = _checks.scalar("rho_bar", rho_bar, 0.0, include_inf=True, compiling=compiling)
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
-    if _checks.correctness_checks_enabled():
+    if _checks.correctness_checks_enabled(compiling):
         _checks.check_flags_exclusive(terminateds, truncateds)
-        _checks.check_action_indices(actions, action_probs_target.shape[-1])
+        _checks.check_action_indices(actions, per_action_shape[-1])
         _checks.check_positive("action_probs_behavior", action_probs_behavior)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, rewards.device), layout.empty(result_dtype, rewards.device)
+        return layout.empty(result_dtype, device), layout.empty(result_dtype, device)
     args = (
         layout.rows_with_actions(action_probs_target), layout.rows(action_probs_behavior), layout.rows(q_values),
         layout.rows_with_actions(next_q_values_all), layout.rows(actions), layout.rows(rewards),
         layout.rows(terminateds), layout.rows(truncateds), gamma, lambda_, c_bar, rho_bar,
     )
     if needs_grad(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards):
-        results = reference.compute_retrace(*args)
+        targets, advantages = reference.compute_retrace(*args)
     else:
-        results = _library.call(_library.retrace, _library.retrace_op, *args, result_dtype, layout.time_major_output)
-    return tuple(layout.from_rows(result, result_dtype) for result in results)
+        run = _library.retrace_op if compiling else _library.retrace
+        targets, advantages = run(*args, result_dtype, layout.time_major_output)
+    return layout.from_rows(targets, result_dtype), layout.from_rows(advantages, result_dtype)

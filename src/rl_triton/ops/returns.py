@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton import _checks, _library, reference
-from rl_triton._autograd import needs_grad
+from rl_triton import _autograd, _checks, _library, reference
+from rl_triton._checks import FLAG_DTYPES, FLOAT_DTYPES
 from rl_triton._layout import RowLayout
-from rl_triton.ops._common import optional_matching, per_row_or_none, rows_or_none
+from rl_triton.ops._common import needs_grad
 
 
 def compute_lambda_returns(
@@ -52,10 +52,13 @@ def compute_lambda_returns(
     Returns:
         G[t], the shape and dimension order of ``rewards``.
     """
-    rewards = _checks.tensor("rewards", rewards, _checks.FLOAT_DTYPES)
+    compiling = torch.compiler.is_compiling()
+    rewards = _checks.tensor("rewards", rewards, FLOAT_DTYPES)
     layout = RowLayout(rewards.shape, time_dim, "rewards")
-    next_values = _checks.matching("next_values", next_values, _checks.FLOAT_DTYPES, rewards, "rewards")
-    return _returns(layout, rewards, next_values, terminateds, truncateds, gamma, lambda_, bootstrap_values, out_dtype)
+    next_values = _checks.matching("next_values", next_values, FLOAT_DTYPES, rewards.shape, rewards.device, "rewards")
+    return _returns(
+        layout, rewards, next_values, terminateds, truncateds, gamma, lambda_, bootstrap_values, out_dtype, compiling
+    )
 
 
 def compute_discounted_returns(
@@ -89,9 +92,12 @@ def compute_discounted_returns(
     Returns:
         G[t], the shape and dimension order of ``rewards``.
     """
-    rewards = _checks.tensor("rewards", rewards, _checks.FLOAT_DTYPES)
+    compiling = torch.compiler.is_compiling()
+    rewards = _checks.tensor("rewards", rewards, FLOAT_DTYPES)
     layout = RowLayout(rewards.shape, time_dim, "rewards")
-    return _returns(layout, rewards, None, terminateds, truncateds, gamma, None, bootstrap_values, out_dtype)
+    return _returns(
+        layout, rewards, None, terminateds, truncateds, gamma, None, bootstrap_values, out_dtype, compiling
+    )
 
 
 def _returns(
@@ -104,33 +110,33 @@ def _returns(
     lambda_: object,
     bootstrap_values: object,
     out_dtype: object,
+    compiling: bool,
 ) -> torch.Tensor:
     """Lambda-returns; discounted returns when ``next_values`` and ``lambda_`` are None."""
-    terminateds = _checks.matching("terminateds", terminateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    truncateds = optional_matching("truncateds", truncateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0)
+    shape, device = rewards.shape, rewards.device
+    terminateds = _checks.matching("terminateds", terminateds, FLAG_DTYPES, shape, device, "rewards")
+    truncateds = _checks.optional_matching("truncateds", truncateds, FLAG_DTYPES, shape, device, "rewards")
+    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0, compiling=compiling)
     discounted = lambda_ is None
-    lambda_ = 1.0 if discounted else _checks.scalar("lambda_", lambda_, 0.0, 1.0)
-    bootstrap_values = optional_matching("bootstrap_values", bootstrap_values, _checks.FLOAT_DTYPES, rewards, "rewards")
+    lambda_ = 1.0 if discounted else _checks.scalar("lambda_", lambda_, 0.0, 1.0, compiling=compiling)
+    bootstrap_values = _checks.optional_matching(
+        "bootstrap_values", bootstrap_values, FLOAT_DTYPES, shape, device, "rewards"
+    )
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
-    if _checks.correctness_checks_enabled():
+    if _checks.correctness_checks_enabled(compiling):
         _checks.check_flags_exclusive(terminateds, truncateds)
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, rewards.device)
-    rows = (layout.rows(rewards), rows_or_none(layout, next_values), layout.rows(terminateds))
-    truncated_rows, bootstrap_rows = rows_or_none(layout, truncateds), rows_or_none(layout, bootstrap_values)
+        return layout.empty(result_dtype, device)
+    rows = (layout.rows(rewards), layout.rows_or_none(next_values), layout.rows(terminateds))
+    truncated_rows, bootstrap_rows = layout.rows_or_none(truncateds), layout.rows_or_none(bootstrap_values)
     if needs_grad(rewards, next_values, bootstrap_values):
-        if discounted:
-            result = reference.compute_discounted_returns(rows[0], rows[2], truncated_rows, gamma, bootstrap_rows)
-        else:
-            result = reference.compute_lambda_returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows)
+        result = _autograd.returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows, result_dtype,
+                                   layout.time_major_output)
     else:
-        result = _library.call(
-            _library.returns, _library.returns_op, *rows, truncated_rows, gamma, lambda_, bootstrap_rows,
-            result_dtype, layout.time_major_output,
-        )
+        run = _library.returns_op if compiling else _library.returns
+        result = run(*rows, truncated_rows, gamma, lambda_, bootstrap_rows, result_dtype, layout.time_major_output)
     return layout.from_rows(result, result_dtype)
 
 
@@ -166,11 +172,14 @@ def compute_eligibility_traces(
     Returns:
         z[t], the shape and dimension order of ``gradients``.
     """
-    gradients = _checks.tensor("gradients", gradients, _checks.FLOAT_DTYPES)
+    compiling = torch.compiler.is_compiling()
+    gradients = _checks.tensor("gradients", gradients, FLOAT_DTYPES)
     layout = RowLayout(gradients.shape, time_dim, "gradients")
-    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0)
-    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0)
-    return episodic_scan(layout, "gradients", gradients, dones, seed_values, gamma * lambda_, True, out_dtype)
+    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0, compiling=compiling)
+    lambda_ = _checks.scalar("lambda_", lambda_, 0.0, 1.0, compiling=compiling)
+    return episodic_scan(
+        layout, "gradients", gradients, dones, seed_values, gamma * lambda_, True, out_dtype, compiling
+    )
 
 
 def episodic_scan(
@@ -182,16 +191,18 @@ def episodic_scan(
     decay: float,
     reset_after_flag: bool,
     out_dtype: object,
+    compiling: bool,
 ) -> torch.Tensor:
     """x[t] = inputs[t] + decay * (1 - flag) * x[t-1] with flag done[t-1] (reset after) or done[t]."""
-    dones = _checks.matching("dones", dones, _checks.FLAG_DTYPES, inputs, inputs_name)
+    device = inputs.device
+    dones = _checks.matching("dones", dones, FLAG_DTYPES, inputs.shape, device, inputs_name)
     if seed_values is not None:
-        seed_values = layout.check_per_row("seed_values", seed_values, inputs)
+        seed_values = layout.check_per_row("seed_values", seed_values, device)
     result_dtype = _checks.out_dtype(out_dtype, inputs.dtype)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, inputs.device)
-    input_rows, done_rows, seed_rows = layout.rows(inputs), layout.rows(dones), per_row_or_none(layout, seed_values)
+        return layout.empty(result_dtype, device)
+    input_rows, done_rows, seed_rows = layout.rows(inputs), layout.rows(dones), layout.per_row_or_none(seed_values)
     if needs_grad(inputs, seed_values):
         # resetting after the flag with any decay is the eligibility-trace recurrence ("ends_at" is decay 1)
         if reset_after_flag:
@@ -199,8 +210,6 @@ def episodic_scan(
         else:
             result = reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, "starts_at")
     else:
-        result = _library.call(
-            _library.episodic_scan, _library.episodic_scan_op, input_rows, done_rows, seed_rows, decay,
-            reset_after_flag, result_dtype, layout.time_major_output,
-        )
+        run = _library.episodic_scan_op if compiling else _library.episodic_scan
+        result = run(input_rows, done_rows, seed_rows, decay, reset_after_flag, result_dtype, layout.time_major_output)
     return layout.from_rows(result, result_dtype)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from rl_triton import _checks, _library, reference
-from rl_triton._autograd import needs_grad
+from rl_triton._checks import FLAG_DTYPES, FLOAT_DTYPES
 from rl_triton._layout import RowLayout
-from rl_triton.ops._common import optional_matching, per_row_or_none, rows_or_none
+from rl_triton.ops._common import needs_grad
 
 
 def compute_vtrace(
@@ -59,39 +59,45 @@ def compute_vtrace(
     Returns:
         ``(vtrace_targets, vtrace_advantages)``, each with the shape and dimension order of ``rewards``.
     """
-    rewards = _checks.tensor("rewards", rewards, _checks.FLOAT_DTYPES)
-    layout = RowLayout(rewards.shape, time_dim, "rewards")
-    log_pi_target = _checks.matching("log_pi_target", log_pi_target, _checks.FLOAT_DTYPES, rewards, "rewards")
-    log_pi_behavior = _checks.matching("log_pi_behavior", log_pi_behavior, _checks.FLOAT_DTYPES, rewards, "rewards")
-    values = _checks.matching("values", values, _checks.FLOAT_DTYPES, rewards, "rewards")
-    terminateds = _checks.matching("terminateds", terminateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    truncateds = optional_matching("truncateds", truncateds, _checks.FLAG_DTYPES, rewards, "rewards")
-    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0)
-    rho_bar = _checks.scalar("rho_bar", rho_bar, 0.0, include_inf=True)
-    c_bar = _checks.scalar("c_bar", c_bar, 0.0, include_inf=True)
-    _checks.exclusive(
-        "last_value", last_value, "bootstrap_values", bootstrap_values,
-        "last_value [num_envs] fills only the last column of bootstrap_values [num_envs, seq_len]",
+    compiling = torch.compiler.is_compiling()
+    rewards = _checks.tensor("rewards", rewards, FLOAT_DTYPES)
+    shape, device = rewards.shape, rewards.device
+    layout = RowLayout(shape, time_dim, "rewards")
+    log_pi_target = _checks.matching("log_pi_target", log_pi_target, FLOAT_DTYPES, shape, device, "rewards")
+    log_pi_behavior = _checks.matching("log_pi_behavior", log_pi_behavior, FLOAT_DTYPES, shape, device, "rewards")
+    values = _checks.matching("values", values, FLOAT_DTYPES, shape, device, "rewards")
+    terminateds = _checks.matching("terminateds", terminateds, FLAG_DTYPES, shape, device, "rewards")
+    truncateds = _checks.optional_matching("truncateds", truncateds, FLAG_DTYPES, shape, device, "rewards")
+    gamma = _checks.scalar("gamma", gamma, 0.0, 1.0, compiling=compiling)
+    rho_bar = _checks.scalar("rho_bar", rho_bar, 0.0, include_inf=True, compiling=compiling)
+    c_bar = _checks.scalar("c_bar", c_bar, 0.0, include_inf=True, compiling=compiling)
+    if last_value is not None and bootstrap_values is not None:
+        _checks.exclusive(
+            "last_value", last_value, "bootstrap_values", bootstrap_values,
+            "last_value [num_envs] fills only the last column of bootstrap_values [num_envs, seq_len]",
+        )
+    bootstrap_values = _checks.optional_matching(
+        "bootstrap_values", bootstrap_values, FLOAT_DTYPES, shape, device, "rewards"
     )
-    bootstrap_values = optional_matching("bootstrap_values", bootstrap_values, _checks.FLOAT_DTYPES, rewards, "rewards")
     if last_value is not None:
-        last_value = layout.check_per_row("last_value", last_value, rewards)
+        last_value = layout.check_per_row("last_value", last_value, device)
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
-    if _checks.correctness_checks_enabled():
+    if _checks.correctness_checks_enabled(compiling):
         _checks.check_flags_exclusive(terminateds, truncateds)
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
         _checks.check_finite("log_pi_target", log_pi_target)
         _checks.check_finite("log_pi_behavior", log_pi_behavior)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, rewards.device), layout.empty(result_dtype, rewards.device)
+        return layout.empty(result_dtype, device), layout.empty(result_dtype, device)
     args = (
         layout.rows(log_pi_target), layout.rows(log_pi_behavior), layout.rows(values), layout.rows(rewards),
-        layout.rows(terminateds), rows_or_none(layout, truncateds), gamma, rho_bar, c_bar,
-        rows_or_none(layout, bootstrap_values), per_row_or_none(layout, last_value),
+        layout.rows(terminateds), layout.rows_or_none(truncateds), gamma, rho_bar, c_bar,
+        layout.rows_or_none(bootstrap_values), layout.per_row_or_none(last_value),
     )
     if needs_grad(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value):
-        results = reference.compute_vtrace(*args)
+        targets, advantages = reference.compute_vtrace(*args)
     else:
-        results = _library.call(_library.vtrace, _library.vtrace_op, *args, result_dtype, layout.time_major_output)
-    return tuple(layout.from_rows(result, result_dtype) for result in results)
+        run = _library.vtrace_op if compiling else _library.vtrace
+        targets, advantages = run(*args, result_dtype, layout.time_major_output)
+    return layout.from_rows(targets, result_dtype), layout.from_rows(advantages, result_dtype)

@@ -1,0 +1,166 @@
+"""On the GPU: the speed targets, as ratios measured in one run (so clocks and noise cancel).
+
+Bandwidth is bytes moved (inputs read once at their dtypes, outputs written once) over CUDA-graph
+device time, against a device-to-device copy measured here. Targets not reached yet are
+expected failures with the last measured figure in the reason, so the suite records them without
+hiding them; one that starts passing shows up as XPASS.
+"""
+
+import statistics
+import time
+
+import pytest
+import torch
+
+from conftest import HAS_CUDA
+from rl_triton import (
+    compute_discounted_returns,
+    compute_eligibility_traces,
+    compute_episodic_prefix_sum,
+    compute_gae,
+    compute_lambda_returns,
+    compute_retrace,
+    compute_vtrace,
+)
+
+pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="speed targets are measured on a CUDA GPU")
+
+# points of the copy ceiling allowed for run-to-run noise
+NOISE_POINTS = 5.0
+
+
+@pytest.fixture(scope="module")
+def copy_ceiling() -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
+    src = torch.rand(1 << 28, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.nbytes / (device_seconds([lambda: dst.copy_(src)]))
+
+
+def device_seconds(calls: list) -> float:
+    """Median device time of one call, from CUDA-graph replays of all ``calls`` (rotated inputs)."""
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / len(calls))
+    return statistics.median(times)
+
+
+def rollout(rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (rows, seq_len)
+    term = torch.rand(shape, generator=gen, device="cuda") < 0.05
+    trunc = (torch.rand(shape, generator=gen, device="cuda") < 0.05) & ~term
+    boot = torch.where(trunc, torch.randn(shape, generator=gen, device="cuda"), 0.0)
+    boot[:, -1] = torch.randn(rows, generator=gen, device="cuda")
+    data = {
+        "r": torch.randn(shape, generator=gen, device="cuda"),
+        "v": torch.randn(shape, generator=gen, device="cuda"),
+        "term": term, "trunc": trunc, "boot": boot,
+        "last": torch.randn(rows, generator=gen, device="cuda"),
+        "lt": 0.3 * torch.randn(shape, generator=gen, device="cuda"),
+        "lb": 0.3 * torch.randn(shape, generator=gen, device="cuda"),
+    }  # fmt: skip
+    if num_actions:
+        data["pt"] = torch.softmax(torch.randn(rows, seq_len, num_actions, generator=gen, device="cuda"), -1)
+        data["nq"] = torch.randn(rows, seq_len, num_actions, generator=gen, device="cuda")
+        data["act"] = torch.randint(0, num_actions, shape, generator=gen, device="cuda")
+        data["pb"] = 0.1 + 0.9 * torch.rand(shape, generator=gen, device="cuda")
+    return data
+
+
+# estimator: (call, input keys, outputs)
+CALLS = {
+    "gae": (lambda d: compute_gae(d["r"], d["v"], d["term"], last_value=d["last"]), ("r", "v", "term", "last"), 1),
+    "vtrace": (lambda d: compute_vtrace(d["lt"], d["lb"], d["v"], d["r"], d["term"], last_value=d["last"]),
+               ("lt", "lb", "v", "r", "term", "last"), 2),
+    "lambda_returns": (lambda d: compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
+                                                        bootstrap_values=d["boot"]),
+                       ("r", "v", "term", "trunc", "boot"), 1),
+    "discounted_returns": (lambda d: compute_discounted_returns(d["r"], d["term"]), ("r", "term"), 1),
+    "eligibility_traces": (lambda d: compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95), ("r", "term"), 1),
+    "prefix_sum": (lambda d: compute_episodic_prefix_sum(d["r"], d["term"]), ("r", "term"), 1),
+    "retrace": (lambda d: compute_retrace(d["pt"], d["pb"], d["v"], d["nq"], d["act"], d["r"], d["term"],
+                                          d["trunc"], 0.99, 0.95),
+                ("pt", "pb", "v", "nq", "act", "r", "term", "trunc"), 2),
+}  # fmt: skip
+
+
+def percent_of_copy(name: str, rows: int, seq_len: int, num_actions: int, ceiling: float) -> float:
+    call, keys, num_outputs = CALLS[name]
+    sets = [rollout(rows, seq_len, num_actions, seed) for seed in range(2)]
+    data = sets[0]
+    moved = sum(data[k].nbytes for k in keys) + num_outputs * rows * seq_len * 4
+    seconds = device_seconds([lambda d=d: call(d) for d in sets])
+    return 100 * moved / seconds / ceiling
+
+
+def unmet(measured: str):
+    return pytest.mark.xfail(strict=False, reason=f"target not reached yet: {measured} on an H200, 2026-11-30")
+
+
+BANDWIDTH_CASES = [
+    pytest.param("vtrace", 16384, 512, 0, 90, id="vtrace-16384x512"),
+    pytest.param("gae", 16384, 512, 0, 90, id="gae-16384x512", marks=unmet("82-90%")),
+    pytest.param("lambda_returns", 16384, 512, 0, 90, id="lambda_returns-16384x512", marks=unmet("70-90%")),
+    pytest.param("discounted_returns", 16384, 512, 0, 90, id="discounted-16384x512", marks=unmet("65-70%")),
+    pytest.param("prefix_sum", 16384, 512, 0, 90, id="prefix_sum-16384x512", marks=unmet("82-90%")),
+    pytest.param("eligibility_traces", 16384, 512, 0, 90, id="eligibility-16384x512", marks=unmet("80-90%")),
+    pytest.param("gae", 4096, 4096, 0, 90, id="gae-4096x4096", marks=unmet("65-68%")),
+    pytest.param("vtrace", 4096, 4096, 0, 90, id="vtrace-4096x4096", marks=unmet("78%")),
+    pytest.param("prefix_sum", 4096, 4096, 0, 90, id="prefix_sum-4096x4096", marks=unmet("82%")),
+    pytest.param("gae", 8, 1 << 21, 0, 90, id="gae-8x2097152", marks=unmet("37%")),
+    pytest.param("gae", 1, 1 << 24, 0, 90, id="gae-1x16777216", marks=unmet("23%")),
+    pytest.param("retrace", 16384, 512, 4, 75, id="retrace4-16384x512", marks=unmet("18-39%")),
+    pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024", marks=unmet("3-5%")),
+]
+
+
+@pytest.mark.parametrize("name, rows, seq_len, num_actions, target", BANDWIDTH_CASES)
+def test_share_of_copy_bandwidth(copy_ceiling, name, rows, seq_len, num_actions, target):
+    measured = percent_of_copy(name, rows, seq_len, num_actions, copy_ceiling)
+    assert measured >= target - NOISE_POINTS, f"{name} {rows}x{seq_len}: {measured:.1f}% of copy, target {target}%"
+
+
+def host_microseconds(call, repeats: int = 500) -> float:
+    """Host time per call when calls are issued back to back (no synchronisation)."""
+    for _ in range(20):
+        call()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            call()
+        runs.append((time.perf_counter() - start) / repeats * 1e6)
+        torch.cuda.synchronize()
+    return min(runs)
+
+
+@pytest.mark.xfail(strict=False, reason="target not reached yet: 6-11x one PyTorch op on an H200, 2026-11-30")
+def test_ppo_sized_call_host_cost():
+    data = rollout(4096, 128, 0, 0)
+    elementwise = host_microseconds(lambda: torch.add(data["r"], data["v"]))
+    gae = host_microseconds(lambda: CALLS["gae"][0](data))
+    assert gae <= 1.6 * elementwise, f"GAE {gae:.1f} us per call vs torch.add {elementwise:.1f} us"
+
+
+def test_ppo_sized_call_device_time():
+    sets = [rollout(4096, 128, 0, seed) for seed in range(4)]
+    elementwise = device_seconds([lambda d=d: torch.add(d["r"], d["v"]) for d in sets])
+    gae = device_seconds([lambda d=d: CALLS["gae"][0](d) for d in sets])
+    assert gae <= 1.5 * elementwise, f"GAE {gae * 1e6:.1f} us vs torch.add {elementwise * 1e6:.1f} us"
