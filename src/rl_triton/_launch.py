@@ -249,14 +249,16 @@ def _narrow(*tensors: torch.Tensor | None) -> bool:
     return all(t is None or t.element_size() <= 2 for t in tensors)
 
 
-def _arg_key(arg: object) -> object:
-    """What Triton specialises a kernel argument on: dtype and 16-byte alignment of tensors; ints
-    equal to 1, divisible by 16, or beyond int32."""
-    if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
-    if isinstance(arg, int):
-        return 1 if arg == 1 else (arg % 16 == 0, -(1 << 31) <= arg < (1 << 31))
-    return arg if arg is None else type(arg)
+def _specialisation(args: tuple) -> list:
+    """What Triton specialises kernel arguments on, or finer: tensors by dtype and 16-byte
+    alignment, ints by value (Triton: equal to 1, divisible by 16, beyond int32); floats not at all
+    (the kernels annotate them as float64)."""
+    return [
+        arg if arg.__class__ is int
+        else (arg.dtype, arg.data_ptr() & 15 == 0) if isinstance(arg, torch.Tensor)
+        else None
+        for arg in args
+    ]  # fmt: skip
 
 
 # compiled kernels by (kernel, device, constexprs, argument specialisation), with their constexpr
@@ -268,15 +270,16 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     """``kernel[grid](*args, **meta)``, with the compiled kernel looked up in one dict.
 
     Triton's own launch path spends ~40 us of host time per call binding and specialising ~35
-    arguments; the compiled kernel's ``run`` takes ~11 us (H200 host, BENCHMARKS.md). The cache
-    key holds everything Triton specialises on, so each entry is the kernel Triton would pick.
-    Profiling hooks and the interpreter take Triton's path.
+    arguments; the compiled kernel's ``run`` takes ~11 us (H200 host, benchmarks/NOTES.md). The
+    cache key holds everything Triton specialises on (ints by value: one entry per distinct shape
+    and strides, each the kernel Triton would pick). Profiling hooks and the interpreter take
+    Triton's path.
     """
     if interpreter_enabled() or knobs.runtime.launch_enter_hook is not None:
         kernel[grid](*args, **meta)
         return
     device = driver.active.get_current_device()
-    key = (kernel, device, *meta.values(), *map(_arg_key, args))
+    key = (id(kernel), device, *meta.values(), *_specialisation(args))
     entry = _compiled.get(key)
     if entry is None:
         compiled = kernel[grid](*args, **meta)
@@ -418,7 +421,8 @@ def retrace(
         raise RuntimeError("retrace outputs must share one layout")
     # a program that walks several chunks loads each next chunk while it scans the current one
     walks_chunks = not plan.split and plan.num_chunks > 1
-    retrace_kernel[plan.grid](
+    _launch(
+        retrace_kernel, plan.grid,
         action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards,
         terminateds, truncateds, targets, advantages,
         status, aggregates, prefixes, counter,
@@ -538,7 +542,8 @@ def gae_backward(
         grad_bootstrap = grad_bootstrap_values
         mode = BOOTSTRAP_NONE if grad_bootstrap_values is None else BOOTSTRAP_FULL
         boot_strides = _strides(grad_bootstrap_values)
-    gae_backward_kernel[plan.grid](
+    _launch(
+        gae_backward_kernel, plan.grid,
         grad_advantages, terminateds, truncateds, grad_rewards, grad_values, grad_bootstrap,
         status, aggregates, prefixes, counter,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
@@ -571,7 +576,8 @@ def returns_backward(
     num_rows, seq_len = grad_returns.shape
     plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, terminateds.device)
-    returns_backward_kernel[plan.grid](
+    _launch(
+        returns_backward_kernel, plan.grid,
         grad_returns, terminateds, truncateds, grad_rewards, grad_next_values, grad_bootstrap_values,
         status, aggregates, prefixes, counter,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,

@@ -1,13 +1,14 @@
 """Retrace(lambda): prologue (expected next Q, traces c[t+1]) and epilogue (targets, advantages).
 
-Every input is read once. The per-action tensors are read as ``[rows, time, ACTION_LANES]`` tiles,
-``ACTION_PASSES`` of them side by side per action group: a few lanes per step keep each warp's
-loads on a few cache lines while the reduction over actions stays mostly inside each thread (a
-warp spread over all 32 lanes of one step spends more time shuffling than loading). The taken
-action's probability is picked from the same tiles. The values of step t+1 (trace c[t+1] and
-Q(s_{t+1}, a_{t+1})) are the previous element in processing order, taken from the tile itself
-and, at the chunk edge, carried from the chunk processed before (one column load when time is
-split across programs).
+Every input is read once. The per-action tensors are read as ``[rows, time, passes, lanes]``
+tiles: a warp reads ``ACTION_LANES`` neighbouring actions of a few steps at once (a few cache
+lines per load) and each thread keeps ``ACTION_PASSES`` such lane groups of its steps, so the sums
+over actions are mostly additions in registers (a warp spread over all actions of one step spends
+more time shuffling than loading). pi(a_t | s_t) is picked from the same tile. The values of step
+t+1 (trace c[t+1] and Q(s_{t+1}, a_{t+1})) are the previous elements in processing order, shifted
+within the chunk by a scan and, at its edge, carried from the chunk processed before (one column
+read when time is split across programs). A program that walks several chunks issues the loads of
+the next chunk before it works on the current one.
 """
 
 import triton
@@ -83,7 +84,7 @@ def reduce_action_tiles(probs, next_q, taken_lane, first_action,
 
 
 @triton.jit
-def chunk_mask(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr):
+def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr):
     """Time indices (descending) and in-range mask of the chunk at ``position`` in processing order.
 
     Positions past the last chunk give an all-false mask: prefetching "the chunk after the last" reads nothing.
@@ -116,22 +117,32 @@ def chunk_inputs(
 
 
 @triton.jit
-def keep_previous(cur_first, prev_first, known_first, cur_second, prev_second, known_second):
-    # a segment's value is (its last element, the element before that); `known` says whether the
-    # latter lies inside the segment (or was given at the chunk edge)
-    return cur_second, tl.where(known_second, prev_second, cur_first), known_first | known_second | True
+def keep_previous(x_first, y_first, previous_x_first, previous_y_first, known_first,
+                  x_second, y_second, previous_x_second, previous_y_second, known_second):
+    # a segment's value: its last element and the element before that, which `known` says lies in
+    # the segment (or came from the chunk edge); a combined segment always holds both
+    return (
+        x_second,
+        y_second,
+        tl.where(known_second, previous_x_second, x_first),
+        tl.where(known_second, previous_y_second, y_first),
+        known_first | known_second | True,
+    )
 
 
 @triton.jit
-def previous_in_order(x, before, BLOCK_TIME: tl.constexpr):
-    """x one step earlier in processing order (one step later in time); ``before`` enters at the chunk edge.
+def previous_in_order(x, y, x_before, y_before, BLOCK_TIME: tl.constexpr):
+    """x and y one step earlier in processing order (one step later in time); ``*_before`` enter at the chunk edge.
 
-    A scan of selects: exact, and NaN or inf in one step never reaches another.
+    A scan of selects: exact, and a NaN or inf of one step reaches no other.
     """
     first = (tl.arange(0, BLOCK_TIME) == 0)[None, :]
-    edge = tl.where(first, before[:, None], tl.zeros_like(x))
-    _, previous, _ = tl.associative_scan((x, edge, tl.broadcast_to(first, x.shape)), 1, keep_previous)
-    return previous
+    x_edge = tl.where(first, x_before[:, None], tl.zeros_like(x))
+    y_edge = tl.where(first, y_before[:, None], tl.zeros_like(y))
+    _, _, x_previous, y_previous, _ = tl.associative_scan(
+        (x, y, x_edge, y_edge, tl.broadcast_to(first, x.shape)), 1, keep_previous
+    )
+    return x_previous, y_previous
 
 
 @triton.jit
@@ -159,7 +170,7 @@ def retrace_kernel(
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     trace_after = tl.zeros([BLOCK_ROWS], DTYPE)
     q_after = tl.zeros([BLOCK_ROWS], DTYPE)
-    steps, mask = chunk_mask(order, num_chunks, seq_len, row_ok, BLOCK_TIME)
+    steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME)
     inputs = chunk_inputs(
         probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
         terminated_ptr, truncated_ptr, s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
@@ -170,7 +181,7 @@ def retrace_kernel(
     for i in range(my_chunks):
         if PREFETCH:
             # Triton does not pipeline loads into registers: issue the next chunk's before this one's work
-            next_steps, next_mask = chunk_mask(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME)
+            next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME)
             next_inputs = chunk_inputs(
                 probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
                 terminated_ptr, truncated_ptr, s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
@@ -179,7 +190,7 @@ def retrace_kernel(
                 rows, next_steps, next_mask, num_actions, ACTION_LANES, ACTION_PASSES, DTYPE,
             )
         elif i > 0:
-            steps, mask = chunk_mask(order + i, num_chunks, seq_len, row_ok, BLOCK_TIME)
+            steps, mask = chunk_window(order + i, num_chunks, seq_len, row_ok, BLOCK_TIME)
             inputs = chunk_inputs(
                 probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
                 terminated_ptr, truncated_ptr, s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
@@ -220,8 +231,7 @@ def retrace_kernel(
         ratio = taken / behavior
         # c[t] := 0 beyond the rollout, so the decay of step T-1 reads c[T] = 0
         trace = tl.where(mask, trace_of(taken, behavior, trace_scale, c_clip), 0.0)
-        trace_next = previous_in_order(trace, trace_after, BLOCK_TIME)
-        q_next = previous_in_order(q_value, q_after, BLOCK_TIME)
+        trace_next, q_next = previous_in_order(trace, q_value, trace_after, q_after, BLOCK_TIME)
 
         not_done = 1.0 - tl.maximum(terminated, truncated)
         delta = reward + discount * expected_next_q * (1.0 - terminated) - q_value
