@@ -115,18 +115,18 @@ def unmet(measured: str):
 
 BANDWIDTH_CASES = [
     pytest.param("vtrace", 16384, 512, 0, 90, id="vtrace-16384x512"),
-    pytest.param("gae", 16384, 512, 0, 90, id="gae-16384x512", marks=unmet("82-90%")),
-    pytest.param("lambda_returns", 16384, 512, 0, 90, id="lambda_returns-16384x512", marks=unmet("70-90%")),
-    pytest.param("discounted_returns", 16384, 512, 0, 90, id="discounted-16384x512", marks=unmet("65-70%")),
-    pytest.param("prefix_sum", 16384, 512, 0, 90, id="prefix_sum-16384x512", marks=unmet("82-90%")),
-    pytest.param("eligibility_traces", 16384, 512, 0, 90, id="eligibility-16384x512", marks=unmet("80-90%")),
-    pytest.param("gae", 4096, 4096, 0, 90, id="gae-4096x4096", marks=unmet("65-68%")),
-    pytest.param("vtrace", 4096, 4096, 0, 90, id="vtrace-4096x4096", marks=unmet("78%")),
-    pytest.param("prefix_sum", 4096, 4096, 0, 90, id="prefix_sum-4096x4096", marks=unmet("82%")),
+    pytest.param("gae", 16384, 512, 0, 90, id="gae-16384x512"),
+    pytest.param("lambda_returns", 16384, 512, 0, 90, id="lambda_returns-16384x512"),
+    pytest.param("discounted_returns", 16384, 512, 0, 90, id="discounted-16384x512"),
+    pytest.param("prefix_sum", 16384, 512, 0, 90, id="prefix_sum-16384x512"),
+    pytest.param("eligibility_traces", 16384, 512, 0, 90, id="eligibility-16384x512"),
+    pytest.param("gae", 4096, 4096, 0, 90, id="gae-4096x4096"),
+    pytest.param("vtrace", 4096, 4096, 0, 90, id="vtrace-4096x4096"),
+    pytest.param("prefix_sum", 4096, 4096, 0, 90, id="prefix_sum-4096x4096"),
     pytest.param("gae", 8, 1 << 21, 0, 90, id="gae-8x2097152", marks=unmet("37%")),
     pytest.param("gae", 1, 1 << 24, 0, 90, id="gae-1x16777216", marks=unmet("23%")),
-    pytest.param("retrace", 16384, 512, 4, 75, id="retrace4-16384x512", marks=unmet("18-39%")),
-    pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024", marks=unmet("3-5%")),
+    pytest.param("retrace", 16384, 512, 4, 75, id="retrace4-16384x512", marks=unmet("37-47%")),
+    pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024", marks=unmet("20-24%")),
 ]
 
 
@@ -151,7 +151,7 @@ def host_microseconds(call, repeats: int = 500) -> float:
     return min(runs)
 
 
-@pytest.mark.xfail(strict=False, reason="target not reached yet: 6-11x one PyTorch op on an H200, 2026-11-30")
+@pytest.mark.xfail(strict=False, reason="target not reached yet: 7x one PyTorch op on an H200 host, 2026-11-30")
 def test_ppo_sized_call_host_cost():
     data = rollout(4096, 128, 0, 0)
     elementwise = host_microseconds(lambda: torch.add(data["r"], data["v"]))
