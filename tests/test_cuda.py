@@ -214,3 +214,33 @@ def test_deterministic(gen, estimator, rows, seq_len, split):
 def test_cuda_tensors_default_to_triton():
     # the reference path on CUDA would be a Python loop of T small launches: never the default
     assert _dispatch.use_triton(torch.device("cuda"))
+
+
+def test_direct_launch_matches_triton_launch_path(gen, monkeypatch):
+    ro = Rollout(gen, (64,), 300)
+    direct_first = outputs(gae(Public, ro))  # fills the compiled-kernel cache
+    direct_cached = outputs(gae(Public, ro))  # launches through the cache
+    monkeypatch.setattr(_launch._direct_launch, "enabled", False)
+    through_triton = outputs(gae(Public, ro))
+    for first, cached, reference_launch in zip(direct_first, direct_cached, through_triton):
+        assert torch.equal(first, reference_launch) and torch.equal(cached, reference_launch)
+
+
+def test_direct_launch_falls_back_when_the_launcher_rejects_its_arguments(gen, monkeypatch):
+    class RejectingLaunch:
+        """A compiled kernel whose launcher takes other arguments (another Triton version)."""
+
+        function = packed_metadata = None
+
+        def run(self, *args):
+            raise TypeError("launcher signature differs")
+
+    ro = Rollout(gen, (64,), 300)
+    gae(Public, ro)
+    monkeypatch.setattr(_launch, "_compiled", {key: (RejectingLaunch(), entry[1])
+                                               for key, entry in _launch._compiled.items()})
+    monkeypatch.setattr(_launch._direct_launch, "enabled", True)
+    out = outputs(gae(Public, ro))
+    assert not _launch._direct_launch.enabled
+    for got, want in zip(out, oracle(gae, ro)):
+        assert_rel(got, want, TOLERANCE[torch.float32])

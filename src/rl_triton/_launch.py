@@ -267,6 +267,20 @@ def _specialisation(args: tuple) -> list:
 _compiled: dict[tuple, tuple] = {}
 
 
+@dataclasses.dataclass
+class _DirectLaunch:
+    enabled: bool = True
+
+
+_direct_launch = _DirectLaunch()
+
+
+def _profiling_hooks() -> bool:
+    """Whether a launch hook is installed (Triton 3.6 keeps them in a HookChain, empty by default)."""
+    hook = knobs.runtime.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object, **meta: object) -> None:
     """``kernel[grid](*args, **meta)``, with the compiled kernel looked up in one dict.
 
@@ -276,7 +290,7 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     and strides, each the kernel Triton would pick). Profiling hooks and the interpreter take
     Triton's path.
     """
-    if interpreter_enabled() or knobs.runtime.launch_enter_hook is not None:
+    if not _direct_launch.enabled or interpreter_enabled() or _profiling_hooks():
         kernel[grid](*args, **meta)
         return
     device = driver.active.get_current_device()
@@ -284,13 +298,21 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     entry = _compiled.get(key)
     if entry is None:
         compiled = kernel[grid](*args, **meta)
-        names = kernel.arg_names[len(args):]
-        defaults = {p.name: p.default for p in kernel.params}
-        _compiled[key] = (compiled, tuple(meta.get(name, defaults[name]) for name in names))
+        if hasattr(compiled, "packed_metadata"):
+            names = kernel.arg_names[len(args):]
+            defaults = {p.name: p.default for p in kernel.params}
+            _compiled[key] = (compiled, tuple(meta.get(name, defaults[name]) for name in names))
         return
     compiled, constexprs = entry
-    compiled.run(grid[0], 1, 1, driver.active.get_current_stream(device), compiled.function,
-                 compiled.packed_metadata, None, None, None, *args, *constexprs)
+    try:
+        compiled.run(grid[0], 1, 1, driver.active.get_current_stream(device), compiled.function,
+                     compiled.packed_metadata, None, None, None, *args, *constexprs)
+    except TypeError:
+        # a Triton whose launcher takes other arguments (the signature above is Triton 3.6's):
+        # Triton's own path from now on; the arguments are rejected before anything runs
+        _direct_launch.enabled = False
+        _compiled.clear()
+        kernel[grid](*args, **meta)
 
 
 def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:

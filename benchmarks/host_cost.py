@@ -1,0 +1,171 @@
+"""Host (Python) cost per call of every public estimator, against one PyTorch elementwise op.
+
+On CPU (the default) the Triton path is forced and the kernel launchers are replaced by no-ops,
+so the numbers are the wrapper's own Python: validation, layout, output allocation, dispatch.
+With ``--device cuda`` nothing is stubbed and the numbers include Triton's launch path; the GPU
+is synchronised only around each timed batch, so for small problems they are host-bound.
+
+    python benchmarks/host_cost.py                      # CPU, launchers stubbed
+    python benchmarks/host_cost.py --device cuda        # real launches
+    python benchmarks/host_cost.py --save before.json   # keep the numbers ...
+    python benchmarks/host_cost.py --compare before.json  # ... and print them next to new ones
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+if importlib.util.find_spec("rl_triton") is None:
+    # a checkout measures its own sources, installed or not
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import rl_triton
+from rl_triton import _dispatch, _launch, _library
+
+_LAUNCHERS = ("gae", "vtrace", "retrace", "returns", "episodic_scan")
+
+
+def _stub_triton_path() -> None:
+    """Force the Triton path on CPU tensors and make every launch a no-op."""
+
+    def always_triton(device: torch.device) -> bool:
+        return True
+
+    # the dispatch decision may be imported by name into other modules: patch every binding
+    for module in (_dispatch, _library):
+        if hasattr(module, "use_triton"):
+            module.use_triton = always_triton
+    for name in _LAUNCHERS:
+        setattr(_launch, name, lambda *args, **kwargs: None)
+
+
+def _cases(device: str, num_envs: int, seq_len: int, num_actions: int) -> dict[str, Callable[[], object]]:
+    generator = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator).to(device)
+
+    rewards, values, log_mu, log_pi = (randn(num_envs, seq_len) for _ in range(4))
+    terminateds = (torch.rand(num_envs, seq_len, generator=generator) < 0.01).to(device)
+    truncateds = torch.zeros(num_envs, seq_len, dtype=torch.bool, device=device)
+    bootstrap_values = torch.zeros(num_envs, seq_len, device=device)
+    last_value = randn(num_envs)
+    probs = torch.softmax(randn(num_envs, seq_len, num_actions), -1)
+    next_q = randn(num_envs, seq_len, num_actions)
+    actions = torch.randint(0, num_actions, (num_envs, seq_len), generator=generator).to(device)
+    behaviour = probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    q_values = randn(num_envs, seq_len)
+    rewards_time_major = randn(seq_len, num_envs)
+    terminateds_time_major = terminateds.t().contiguous()
+    tiny_a, tiny_b = randn(1), randn(1)
+    return {
+        # on CPU the first yardstick is dominated by the arithmetic itself; the second is host cost only
+        "torch.add (same tensors)": lambda: torch.add(rewards, values),
+        "torch.add (1-element tensors)": lambda: torch.add(tiny_a, tiny_b),
+        "compute_gae": lambda: rl_triton.compute_gae(
+            rewards, values, terminateds, gamma=0.99, lambda_=0.95, last_value=last_value
+        ),
+        "compute_gae (truncateds, bootstrap)": lambda: rl_triton.compute_gae(
+            rewards, values, terminateds, truncateds, 0.99, 0.95, bootstrap_values
+        ),
+        "compute_gae (time_dim=0)": lambda: rl_triton.compute_gae(
+            rewards_time_major, rewards_time_major, terminateds_time_major, time_dim=0
+        ),
+        "compute_vtrace": lambda: rl_triton.compute_vtrace(
+            log_pi, log_mu, values, rewards, terminateds, gamma=0.99, last_value=last_value
+        ),
+        "compute_retrace": lambda: rl_triton.compute_retrace(
+            probs, behaviour, q_values, next_q, actions, rewards, terminateds, truncateds, 0.99
+        ),
+        "compute_lambda_returns": lambda: rl_triton.compute_lambda_returns(
+            rewards, values, terminateds, gamma=0.99, lambda_=0.95
+        ),
+        "compute_discounted_returns": lambda: rl_triton.compute_discounted_returns(rewards, terminateds, gamma=0.99),
+        "compute_eligibility_traces": lambda: rl_triton.compute_eligibility_traces(
+            rewards, terminateds, 0.99, 0.95
+        ),
+        "compute_episodic_prefix_sum": lambda: rl_triton.compute_episodic_prefix_sum(rewards, terminateds),
+    }
+
+
+def _us_per_call(
+    fn: Callable[[], object], calls: int, repeats: int, cuda: bool, clock: Callable[[], float]
+) -> tuple[float, float]:
+    """(median, minimum) over ``repeats`` batches of the mean time per call; the minimum is the
+    steadiest figure on a shared machine."""
+    for _ in range(max(calls // 10, 10)):
+        fn()
+    per_call = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+        start = clock()
+        for _ in range(calls):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        per_call.append((clock() - start) / calls * 1e6)
+    return statistics.median(per_call), min(per_call)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--num-actions", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=200, help="calls per timed batch")
+    parser.add_argument("--repeats", type=int, default=25, help="timed batches; the median is reported")
+    parser.add_argument(
+        "--clock",
+        choices=("thread", "wall"),
+        help="thread: CPU time of this thread (default on CPU: steady while other processes load the machine); "
+        "wall: elapsed time (default on CUDA, where the host may also wait for the GPU)",
+    )
+    parser.add_argument("--save", help="write the results to this JSON file")
+    parser.add_argument("--compare", help="JSON file of earlier results to print alongside")
+    args = parser.parse_args()
+
+    cuda = args.device == "cuda"
+    if not cuda:
+        _stub_triton_path()
+        # keep the yardstick's arithmetic on one core so it does not disturb the next case
+        torch.set_num_threads(1)
+    baseline = {}
+    if args.compare:
+        with open(args.compare) as f:
+            baseline = json.load(f)
+
+    clock_name = args.clock or ("wall" if cuda else "thread")
+    clock = time.perf_counter if clock_name == "wall" else time.thread_time
+    results = {}
+    cases = _cases(args.device, args.num_envs, args.seq_len, args.num_actions)
+    header = f"{'call':40s} {'median':>8s} {'min':>8s}"
+    if baseline:
+        header += f" | {'before median':>13s} {'min':>8s} {'ratio(min)':>10s}"
+    stubbed = "launchers stubbed" if not cuda else "real launches"
+    print(f"{args.device}, {args.num_envs}x{args.seq_len}, {stubbed}, torch {torch.__version__}; µs per call ({clock_name} clock)")
+    print(header)
+    for name, fn in cases.items():
+        median, minimum = results[name] = _us_per_call(fn, args.calls, args.repeats, cuda, clock)
+        line = f"{name:40s} {median:8.1f} {minimum:8.1f}"
+        if name in baseline:
+            before_median, before_min = baseline[name]
+            line += f" | {before_median:13.1f} {before_min:8.1f} {before_min / minimum:9.2f}x"
+        print(line, flush=True)
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
