@@ -69,11 +69,6 @@ def _shift_previous_from(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def needs_grad(*tensors: torch.Tensor | None) -> bool:
-    """True when autograd will want gradients of any of ``tensors``."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 def _step_gradient(like: torch.Tensor, dtype: torch.dtype | None, time_major: bool) -> torch.Tensor:
     """A ``[rows, T]`` gradient buffer in the output's layout, or an empty placeholder if not needed."""
     return like.new_empty(0) if dtype is None else _library._empty(like, dtype, time_major)
@@ -196,10 +191,6 @@ def _(grad_returns, terminateds, truncateds, gamma, lambda_, rewards_dtype, next
         _step_gradient(grad_returns, next_values_dtype, time_major),
         _step_gradient(grad_returns, bootstrap_values_dtype, time_major),
     )
-
-
-def _dtype_if(needed: bool, tensor: torch.Tensor | None) -> torch.dtype | None:
-    return tensor.dtype if needed and tensor is not None else None
 
 
 class FusedGAE(torch.autograd.Function):
