@@ -87,6 +87,9 @@ def calls(d: dict) -> dict:
         "retrace": (lambda: rl_triton.compute_retrace(d["pt"], d["pb"], d["v"], d["nq"], d["act"], d["r"], d["term"],
                                                       d["trunc"], 0.99, 0.95),
                     ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 2),
+        "retrace4": (lambda: rl_triton.compute_retrace(d["pt"], d["pb"], d["v"], d["nq"], d["act"], d["r"], d["term"],
+                                                       d["trunc"], 0.99, 0.95),
+                     ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 2),
         "lambda_returns": (lambda: rl_triton.compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
                                                                     bootstrap_values=d["boot"]),
                            ["r", "v", "term", "trunc", "boot"], 1),
@@ -164,9 +167,9 @@ def main() -> None:
     rows = []
     for name in args.estimators.split(","):
         for num_rows, seq_len in shapes:
-            num_actions = 18 if name == "retrace" else 0
+            num_actions = {"retrace": 18, "retrace4": 4}.get(name, 0)
             elements = num_rows * seq_len
-            if name == "retrace" and elements * 18 > 2**28:
+            if num_actions and elements * num_actions > 2**28:
                 continue
             n_sets = max(1, min(4, (256 << 20) // (elements * 4 * 6)))
             data = [rollout(num_rows, seq_len, num_actions, seed) for seed in range(n_sets)]

@@ -38,13 +38,17 @@ _TIME_MAJOR_BLOCK_TIME = 16
 _TIME_MAJOR_TILE_ELEMENTS = 2048
 _TIME_MAJOR_ELEMENTS_PER_WARP = 512
 _TIME_MAJOR_MIN_ROW_TILES = 64
-_TIME_MAJOR_SPLIT_BLOCK_TIME = 64
-_TIME_MAJOR_SPLIT_BLOCK_ROWS = 32
+_TIME_MAJOR_SPLIT_BLOCK_TIME = 32
+_TIME_MAJOR_SPLIT_BLOCK_ROWS = 64
 _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP = 1024
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16)
 _MAX_VEC = 8
-# predecessors inspected per look-back step
+# predecessors inspected per look-back step: with fewer than 4 row tiles, every program in flight
+# is in one of a few chains, so look-backs reach further (measured on an H200, GAE 1x2^24: 264 us
+# with 32, 190 us with 128; 8x2^21: 163 us with 32, 174 us with 128)
 _LOOKBACK_WINDOW = 32
+_FEW_CHAINS_LOOKBACK_WINDOW = 128
+_FEW_CHAINS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +186,7 @@ def _plan(
         elements_per_warp = 128
     num_warps = _override.num_warps or max(1, min(8, block_rows * block_time // elements_per_warp))
     num_stages = _override.num_stages or 1
-    window = _override.window or _LOOKBACK_WINDOW
+    window = _override.window or (_FEW_CHAINS_LOOKBACK_WINDOW if num_row_tiles < _FEW_CHAINS else _LOOKBACK_WINDOW)
     vector_loads = vector_loads and block_rows * block_time >= 32 * num_warps * _MAX_VEC
     vec = _override.vec or (_MAX_VEC if vector_loads else 1)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec)
@@ -421,22 +425,30 @@ def retrace(
     # registers as "passes".
     lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
     passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
-    # about 2048 values of each per-action tile per chunk (8 per thread of 8 warps, twice that while
-    # the next chunk is loaded ahead): ~100-120 registers on sm_90, two programs per SM, no spills.
-    # Split programs hold one chunk each (no prefetch), so their chunks are twice as long.
-    tile_steps = max(32, min(256, 2048 // (lanes * passes)))
+    group = lanes * passes
     if dtype == torch.float64:
-        tile_steps //= 2
+        # about 1024 values of each per-action tile per chunk (8 per thread of up to 8 warps, twice
+        # that while the next chunk is loaded ahead): small tiles of many actions spill with fewer warps
+        tile_steps = max(32, min(256, 2048 // group)) // 2
+    else:
+        # 4 warps and up to 4096 values of each per-action tile per chunk (32 per thread at 18-32
+        # actions; twice that spills). Measured on an H200, % of the copy bandwidth at 16384x512 and
+        # 4096x1024: 18 actions 21 -> 43-44 (128 steps, 4 warps; 64 steps with 8 warps before),
+        # 4 actions 39-42 -> 50-52 (256 steps, 4 warps; 8 warps before).
+        tile_steps = max(32, min(256, 4096 // group))
     time_major = _is_time_major(rewards)
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps)
     if plan.split:
+        # split programs hold one chunk each (no chunk loaded ahead): twice the steps fit
         tile_steps *= 2
         plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps)
     block_rows = _override.block_rows or max(1, min(plan.block_rows, tile_steps // plan.block_time))
-    # warps for one step and four values of each per-action tile per thread, up to 8 (small tiles
-    # of many actions, float64 ones above all, spill with fewer)
     tile = block_rows * plan.block_time
-    num_warps = _override.num_warps or max(1, min(8, max(tile // 32, tile * lanes * passes // 128)))
+    if dtype == torch.float64:
+        num_warps = max(1, min(8, max(tile // 32, tile * group // 128)))
+    else:
+        num_warps = max(1, min(4, tile // 32))
+    num_warps = _override.num_warps or num_warps
     plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
                                num_warps=num_warps)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
