@@ -41,8 +41,9 @@ _TIME_MAJOR_MIN_ROW_TILES = 64
 _TIME_MAJOR_SPLIT_BLOCK_TIME = 32
 _TIME_MAJOR_SPLIT_BLOCK_ROWS = 64
 _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP = 1024
-# at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16)
+# at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
+_FLOAT32_VEC = 4
 # predecessors inspected per look-back step: with fewer than 4 row tiles, every program in flight
 # is in one of a few chains, so look-backs reach further (measured on an H200, GAE 1x2^24: 264 us
 # with 32, 190 us with 128; 8x2^21: 163 us with 32, 174 us with 128)
@@ -125,29 +126,32 @@ def plan_tiles(
     device: torch.device,
     heavy: bool,
     max_block_time: int = 1 << 30,
-    narrow: bool = False,
+    element_bytes: int | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
     ``heavy`` kernels (V-trace, Retrace) keep more values live per step and take smaller tiles;
     ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block);
-    ``narrow``: every [rows, T] tensor has elements of at most 2 bytes.
+    ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
+    load several steps per vector (None: the kernel loads step by step).
     """
     if _override is _NO_OVERRIDE:
-        return _default_plan(num_rows, seq_len, time_major, device, heavy, max_block_time, narrow)
-    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, narrow)
+        return _default_plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes)
+    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes)
 
 
 @functools.lru_cache(maxsize=4096)
 def _default_plan(
-    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int, narrow: bool
+    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
+    element_bytes: int | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
-    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, narrow)
+    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes)
 
 
 def _plan(
-    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int, narrow: bool
+    num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
+    element_bytes: int | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     if time_major:
@@ -175,7 +179,12 @@ def _plan(
     # one chunk per program, read in vectors of 8 narrow steps per thread (measured: bf16 GAE 40% -> 58%
     # of the copy bandwidth at 16384x512; with several chunks per program or a split, vector loads were
     # 2-7x slower, so those read step by step)
-    vector_loads = narrow and not time_major and not split and num_chunks == 1
+    single_chunk = not time_major and not split and num_chunks == 1
+    vector_loads = element_bytes is not None and element_bytes <= 2 and single_chunk
+    # float32 rows of one chunk, in vectors of 4 steps (measured, % of the copy bandwidth: GAE 74 -> 87
+    # and discounted returns 74 -> 83 at 16384x512, GAE 36 -> 40 and lambda-returns 48 -> 58 at
+    # 4096x128; V-trace equal or slower, so heavy kernels keep scalar loads)
+    float32_vectors = element_bytes == 4 and single_chunk and not heavy
     if time_major:
         elements_per_warp = _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split else _TIME_MAJOR_ELEMENTS_PER_WARP
     elif vector_loads:
@@ -187,8 +196,11 @@ def _plan(
     num_warps = _override.num_warps or max(1, min(8, block_rows * block_time // elements_per_warp))
     num_stages = _override.num_stages or 1
     window = _override.window or (_FEW_CHAINS_LOOKBACK_WINDOW if num_row_tiles < _FEW_CHAINS else _LOOKBACK_WINDOW)
-    vector_loads = vector_loads and block_rows * block_time >= 32 * num_warps * _MAX_VEC
-    vec = _override.vec or (_MAX_VEC if vector_loads else 1)
+    # every thread holds at least one vector, and a vector lies inside one chunk
+    vector_loads = vector_loads and block_time >= _MAX_VEC and block_rows * block_time >= 32 * num_warps * _MAX_VEC
+    float32_vectors = (float32_vectors and block_time >= _FLOAT32_VEC
+                       and block_rows * block_time >= 32 * num_warps * _FLOAT32_VEC)
+    vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors else 1)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec)
 
 
@@ -249,9 +261,9 @@ def _strides(x: torch.Tensor | None) -> tuple[int, ...]:
     return (0, 0) if x is None else tuple(x.stride())
 
 
-def _narrow(*tensors: torch.Tensor | None) -> bool:
-    """Whether every given tensor has elements of at most 2 bytes (bf16/fp16 values, bool/uint8 flags)."""
-    return all(t is None or t.element_size() <= 2 for t in tensors)
+def _element_bytes(*tensors: torch.Tensor | None) -> int:
+    """The largest element size of the given tensors (2 for bf16/fp16 values with bool/uint8 flags)."""
+    return max(t.element_size() for t in tensors if t is not None)
 
 
 def _specialisation(args: tuple) -> list:
@@ -344,8 +356,9 @@ def gae(
 ) -> None:
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, values, bootstrap_values, last_value)
-    narrow = _narrow(rewards, values, terminateds, truncateds, bootstrap_values, advantages)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False, narrow=narrow)
+    element_bytes = _element_bytes(rewards, values, terminateds, truncateds, bootstrap_values, advantages)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
+                      element_bytes=element_bytes)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -378,8 +391,10 @@ def vtrace(
 ) -> None:
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
-    narrow = _narrow(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds, bootstrap_values, targets)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True, narrow=narrow)
+    element_bytes = _element_bytes(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds,
+                                   bootstrap_values, targets)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
+                      element_bytes=element_bytes)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
@@ -484,8 +499,9 @@ def returns(
     """Lambda-returns; discounted returns are ``next_values=None, lambda_=1``."""
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, next_values, bootstrap_values)
-    narrow = _narrow(rewards, next_values, terminateds, truncateds, bootstrap_values, out)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False, narrow=narrow)
+    element_bytes = _element_bytes(rewards, next_values, terminateds, truncateds, bootstrap_values, out)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
+                      element_bytes=element_bytes)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
@@ -532,7 +548,8 @@ def linear_recurrence(
     """x[t] = a[t] + b[t] * x[t+1] (``backward``) or x[t-1] (forward), x beyond the ends = ``carry``."""
     num_rows, seq_len = a.shape
     dtype = _compute_dtype(a, b, carry)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(a), a.device, heavy=False, narrow=_narrow(a, b, out))
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(a), a.device, heavy=False,
+                      element_bytes=_element_bytes(a, b, out))
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, a.device)
     _launch(
         linear_recurrence_kernel, plan.grid,
