@@ -19,7 +19,7 @@ from conftest import (
     outputs,
     rel_err,
 )
-from rl_triton import _dispatch, _launch, reference
+from rl_triton import _dispatch, _launch, _replay, reference
 from rl_triton.ops.gae import compute_gae
 from rl_triton.ops.prefix_sum import compute_episodic_prefix_sum
 from rl_triton.ops.retrace import compute_retrace
@@ -237,6 +237,7 @@ def test_direct_launch_falls_back_when_the_launcher_rejects_its_arguments(gen, m
 
     ro = Rollout(gen, (64,), 300)
     gae(Public, ro)
+    _replay.clear()  # so that the next call launches through _launch, not a recorded replay
     monkeypatch.setattr(_launch, "_compiled", {key: (RejectingLaunch(), entry[1])
                                                for key, entry in _launch._compiled.items()})
     monkeypatch.setattr(_launch._direct_launch, "enabled", True)

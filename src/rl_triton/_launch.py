@@ -18,6 +18,7 @@ import triton.language as tl
 from triton import knobs
 from triton.runtime import driver
 
+from rl_triton import _replay
 from rl_triton._dispatch import interpreter_enabled
 from rl_triton.kernels.gae import BOOTSTRAP_FULL, BOOTSTRAP_LAST, BOOTSTRAP_NONE, gae_kernel
 from rl_triton.kernels.prefix_sum import episodic_scan_kernel
@@ -208,10 +209,15 @@ def _is_time_major(x: torch.Tensor) -> bool:
     return x.stride(-1) != 1 and x.stride(0) == 1 and x.shape[0] > 1
 
 
-@functools.cache
+# the workspace arguments of calls that do not split time (never read), one per device
+_placeholders: dict[torch.device, torch.Tensor] = {}
+
+
 def _placeholder(device: torch.device) -> torch.Tensor:
-    """The workspace arguments of calls that do not split time (never read)."""
-    return torch.empty(0, dtype=torch.int32, device=device)
+    placeholder = _placeholders.get(device)
+    if placeholder is None:
+        placeholder = _placeholders[device] = torch.empty(0, dtype=torch.int32, device=device)
+    return placeholder
 
 
 def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -297,6 +303,18 @@ def _profiling_hooks() -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+def full_launch_path_only() -> bool:
+    """Whether launches take Triton's own path (or tile plans are overridden), so calls are not replayed."""
+    return _override is not _NO_OVERRIDE or not _direct_launch.enabled or _profiling_hooks()
+
+
+def run_compiled(compiled: object, constexprs: tuple, grid: tuple[int, ...], args: list | tuple) -> None:
+    """Launch a compiled kernel on the current stream (Triton 3.6's launcher signature)."""
+    device = driver.active.get_current_device()
+    compiled.run(grid[0], 1, 1, driver.active.get_current_stream(device), compiled.function,
+                 compiled.packed_metadata, None, None, None, *args, *constexprs)
+
+
 def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object, **meta: object) -> None:
     """``kernel[grid](*args, **meta)``, with the compiled kernel looked up in one dict.
 
@@ -304,9 +322,13 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     arguments; the compiled kernel's ``run`` takes ~11 us (H200 host, benchmarks/NOTES.md). The
     cache key holds everything Triton specialises on (ints by value: one entry per distinct shape
     and strides, each the kernel Triton would pick). Profiling hooks and the interpreter take
-    Triton's path.
+    Triton's path. A call being recorded for replay (``rl_triton._replay``) is told of each
+    launch; one through Triton's path cannot be replayed.
     """
+    recording = _replay.active_recording()
     if not _direct_launch.enabled or interpreter_enabled() or _profiling_hooks():
+        if recording is not None:
+            recording.abandon()
         kernel[grid](*args, **meta)
         return
     device = driver.active.get_current_device()
@@ -318,16 +340,22 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
             names = kernel.arg_names[len(args):]
             defaults = {p.name: p.default for p in kernel.params}
             _compiled[key] = (compiled, tuple(meta.get(name, defaults[name]) for name in names))
+        if recording is not None:
+            recording.abandon()
         return
     compiled, constexprs = entry
     try:
         compiled.run(grid[0], 1, 1, driver.active.get_current_stream(device), compiled.function,
                      compiled.packed_metadata, None, None, None, *args, *constexprs)
+        if recording is not None:
+            recording.launch(compiled, constexprs, grid, args, tuple(_placeholders.values()))
     except TypeError:
         # a Triton whose launcher takes other arguments (the signature above is Triton 3.6's):
         # Triton's own path from now on; the arguments are rejected before anything runs
         _direct_launch.enabled = False
         _compiled.clear()
+        if recording is not None:
+            recording.abandon()
         kernel[grid](*args, **meta)
 
 

@@ -7,9 +7,11 @@ import torch
 from rl_triton import _autograd, _checks, _library
 from rl_triton._checks import FLAG_DTYPES, FLOAT_DTYPES
 from rl_triton._layout import RowLayout
+from rl_triton._replay import replayable
 from rl_triton.ops._common import needs_grad
 
 
+@replayable
 def compute_gae(
     rewards: torch.Tensor,
     values: torch.Tensor,

@@ -6,11 +6,13 @@ import torch
 
 from rl_triton import _checks
 from rl_triton._layout import RowLayout
+from rl_triton._replay import replayable
 from rl_triton.ops.returns import episodic_scan
 
 _BOUNDARIES = ("ends_at", "starts_at")
 
 
+@replayable
 def compute_episodic_prefix_sum(
     inputs: torch.Tensor,
     dones: torch.Tensor,

@@ -7,9 +7,11 @@ import torch
 from rl_triton import _checks, _library, reference
 from rl_triton._checks import FLAG_DTYPES, FLOAT_DTYPES, INDEX_DTYPES
 from rl_triton._layout import RowLayout
+from rl_triton._replay import replayable
 from rl_triton.ops._common import needs_grad
 
 
+@replayable
 def compute_retrace(
     action_probs_target: torch.Tensor,
     action_probs_behavior: torch.Tensor,

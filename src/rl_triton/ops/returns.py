@@ -7,9 +7,11 @@ import torch
 from rl_triton import _autograd, _checks, _library, reference
 from rl_triton._checks import FLAG_DTYPES, FLOAT_DTYPES
 from rl_triton._layout import RowLayout
+from rl_triton._replay import replayable
 from rl_triton.ops._common import needs_grad
 
 
+@replayable
 def compute_lambda_returns(
     rewards: torch.Tensor,
     next_values: torch.Tensor,
@@ -61,6 +63,7 @@ def compute_lambda_returns(
     )
 
 
+@replayable
 def compute_discounted_returns(
     rewards: torch.Tensor,
     terminateds: torch.Tensor,
@@ -140,6 +143,7 @@ def _returns(
     return layout.from_rows(result, result_dtype)
 
 
+@replayable
 def compute_eligibility_traces(
     gradients: torch.Tensor,
     dones: torch.Tensor,

@@ -1,0 +1,159 @@
+"""Replayed calls launch exactly what the full path would, with the new call's pointers.
+
+On CPU the launches are faked: the fake records each launch's arguments (tensors as the full
+path passes them, pointers as integers when replayed), so the mapping from a call's inputs and
+fresh allocations to kernel arguments is checked without a GPU. On CUDA the same calls run for
+real and are checked against the float64 oracle (tests/test_cuda.py, test_replayed_calls).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rl_triton
+from rl_triton import _launch, _library, _replay
+
+
+class FakeCompiled:
+    """Stands in for a compiled kernel: its launches are recorded, nothing runs."""
+
+    def __init__(self, kernel: object) -> None:
+        self.kernel = kernel
+
+
+@pytest.fixture
+def fake_launches(monkeypatch):
+    """Calls on CPU tensors take the Triton path with recorded, fake launches; returns the log."""
+    log: list[tuple[object, tuple, list]] = []
+
+    def fake_launch(kernel, grid, *args, **meta):
+        compiled = FakeCompiled(kernel)
+        log.append((kernel, tuple(grid), list(args)))
+        recording = _replay.active_recording()
+        if recording is not None:
+            recording.launch(compiled, tuple(meta.values()), grid, args, tuple(_launch._placeholders.values()))
+
+    def fake_run(compiled, constexprs, grid, args):
+        log.append((compiled.kernel, tuple(grid), list(args)))
+
+    _replay.clear()
+    monkeypatch.setattr(_replay, "REPLAY_ON_CPU", True)
+    monkeypatch.setattr(_replay, "_full_path_only", lambda: False)
+    monkeypatch.setattr(_library, "use_triton", lambda device: True)
+    monkeypatch.setattr(_launch, "_launch", fake_launch)
+    # float arguments as compiled kernels take them (the interpreter wraps them in tensors)
+    monkeypatch.setattr(_launch, "interpreter_enabled", lambda: False)
+    monkeypatch.setattr(_launch, "run_compiled", fake_run)
+    yield log
+    _replay.clear()
+
+
+def gae_inputs(gen, shape, time_dim=-1):
+    rewards = torch.randn(shape, generator=gen)
+    values = torch.randn(shape, generator=gen)
+    terminateds = torch.rand(shape, generator=gen) < 0.05
+    return rewards, values, terminateds
+
+
+CASES = {
+    "gae": lambda g: (rl_triton.compute_gae, gae_inputs(g, (6, 40)), {"gamma": 0.97}),
+    "gae time-major": lambda g: (rl_triton.compute_gae, gae_inputs(g, (40, 6)), {"time_dim": 0}),
+    "gae batch dims": lambda g: (rl_triton.compute_gae, gae_inputs(g, (2, 3, 40)), {}),
+    "gae split": lambda g: (rl_triton.compute_gae, gae_inputs(g, (1, 5000)), {}),
+    "vtrace": lambda g: (
+        rl_triton.compute_vtrace,
+        (torch.randn(4, 33, generator=g), torch.randn(4, 33, generator=g), *gae_inputs(g, (4, 33))[:2],
+         torch.rand(4, 33, generator=g) < 0.05),
+        {"last_value": torch.randn(4, generator=g)},
+    ),
+    "retrace": lambda g: (
+        rl_triton.compute_retrace,
+        (torch.softmax(torch.randn(3, 20, 5, generator=g), -1), 0.1 + torch.rand(3, 20, generator=g),
+         torch.randn(3, 20, generator=g), torch.randn(3, 20, 5, generator=g),
+         torch.randint(0, 5, (3, 20), generator=g), *gae_inputs(g, (3, 20))[::2],
+         torch.zeros(3, 20, dtype=torch.bool), 0.99, 0.9),
+        {},
+    ),
+    "lambda returns": lambda g: (rl_triton.compute_lambda_returns, gae_inputs(g, (5, 17)), {"lambda_": 0.8}),
+    "eligibility traces": lambda g: (rl_triton.compute_eligibility_traces, (*gae_inputs(g, (5, 17))[::2], 0.99, 0.9),
+                                     {}),
+    "discounted returns": lambda g: (rl_triton.compute_discounted_returns, gae_inputs(g, (5, 17))[::2], {}),
+    "prefix sum": lambda g: (rl_triton.compute_episodic_prefix_sum, gae_inputs(g, (5, 17))[::2], {}),
+}
+
+
+def fresh_call(case, seed):
+    function, args, kwargs = CASES[case](torch.Generator().manual_seed(seed))
+    return function, args, kwargs
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_replay_launches_what_the_full_path_launches(fake_launches, case):
+    function, args, kwargs = fresh_call(case, 0)
+    function(*args, **kwargs)  # recorded
+    assert len(function.replays) == 1, "the call was not recorded for replay"
+    recorded = len(fake_launches)
+
+    function, args, kwargs = fresh_call(case, 1)  # same properties, new tensors
+    result = function(*args, **kwargs)
+    replayed = fake_launches[recorded:]
+    assert len(replayed) == recorded, "a replay launches as many kernels as the recorded call"
+
+    # what the full path launches for these same inputs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_replay, "_full_path_only", lambda: True)
+        full_result = function(*args, **kwargs)
+    full = fake_launches[2 * recorded:]
+
+    results = result if isinstance(result, tuple) else (result,)
+    full_results = full_result if isinstance(full_result, tuple) else (full_result,)
+    assert [(r.shape, r.stride(), r.dtype) for r in results] == [(r.shape, r.stride(), r.dtype) for r in full_results]
+    input_pointers = {a.data_ptr() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+    full_output_pointers = {r.data_ptr(): i for i, r in enumerate(full_results)}
+    for (kernel, grid, replay_args), (full_kernel, full_grid, full_args) in zip(replayed, full, strict=True):
+        assert kernel is full_kernel and grid == full_grid
+        assert len(replay_args) == len(full_args)
+        for slot, (value, expected) in enumerate(zip(replay_args, full_args, strict=True)):
+            if isinstance(expected, torch.Tensor) and expected.data_ptr() in full_output_pointers:
+                # an output: the replay's own fresh allocation, at the same place within it
+                index = full_output_pointers[expected.data_ptr()]
+                assert value == results[index].data_ptr(), f"slot {slot}: output pointer"
+            elif isinstance(expected, torch.Tensor) and any(expected is p for p in _launch._placeholders.values()):
+                assert value is expected, f"slot {slot}: placeholder"
+            elif isinstance(expected, torch.Tensor) and expected.data_ptr() in input_pointers:
+                assert value == expected.data_ptr(), f"slot {slot}: input pointer"
+            elif isinstance(expected, torch.Tensor):  # a workspace: allocated afresh by both calls
+                assert isinstance(value, int) and value not in input_pointers, f"slot {slot}: workspace"
+            else:
+                assert value == expected, f"slot {slot}: scalar argument"
+
+
+def test_scalars_and_layouts_are_part_of_the_signature(fake_launches):
+    function, args, _ = fresh_call("gae", 0)
+    for gamma in (0.9, 0.9, 0.95, 1, 1.0):
+        function(*args, gamma=gamma)
+    # 0.9 twice is one signature; 1 and 1.0 are kept apart
+    assert len(function.replays) == 4
+    function(args[0].t().contiguous().t(), *args[1:])  # same shape, other strides
+    assert len(function.replays) == 5
+
+
+def test_calls_that_do_other_work_are_not_recorded(fake_launches, monkeypatch):
+    original = _library.gae
+
+    def gae_with_extra_op(*args, **kwargs):
+        advantages = original(*args, **kwargs)
+        return advantages.add_(0.0)  # work a replay would not repeat
+
+    monkeypatch.setattr(_library, "gae", gae_with_extra_op)
+    function, args, kwargs = fresh_call("gae", 0)
+    function(*args, **kwargs)
+    function(*args, **kwargs)
+    assert len(function.replays) == 0
+
+
+def test_gradients_and_compilation_take_the_full_path(fake_launches):
+    function, (rewards, values, terminateds), _ = fresh_call("gae", 0)
+    function(rewards.requires_grad_(), values, terminateds)
+    assert len(function.replays) == 0
