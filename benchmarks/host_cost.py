@@ -6,7 +6,8 @@ With ``--device cuda`` nothing is stubbed and the numbers include Triton's launc
 is synchronised only around each timed batch, so for small problems they are host-bound.
 
     python benchmarks/host_cost.py                      # CPU, launchers stubbed
-    python benchmarks/host_cost.py --device cuda        # real launches
+    python benchmarks/host_cost.py --device cuda        # real launches, repeated calls replayed
+    python benchmarks/host_cost.py --device cuda --no-replay   # real launches, every call in full
     python benchmarks/host_cost.py --save before.json   # keep the numbers ...
     python benchmarks/host_cost.py --compare before.json  # ... and print them next to new ones
 """
@@ -29,7 +30,7 @@ if importlib.util.find_spec("rl_triton") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import rl_triton
-from rl_triton import _dispatch, _launch, _library
+from rl_triton import _dispatch, _launch, _library, _replay
 
 _LAUNCHERS = ("gae", "vtrace", "retrace", "returns", "episodic_scan")
 
@@ -131,11 +132,15 @@ def main() -> None:
         help="thread: CPU time of this thread (default on CPU: steady while other processes load the machine); "
         "wall: elapsed time (default on CUDA, where the host may also wait for the GPU)",
     )
+    parser.add_argument("--no-replay", action="store_true",
+                        help="every call takes the full path (CUDA calls are otherwise replayed: rl_triton._replay)")
     parser.add_argument("--save", help="write the results to this JSON file")
     parser.add_argument("--compare", help="JSON file of earlier results to print alongside")
     args = parser.parse_args()
 
     cuda = args.device == "cuda"
+    if args.no_replay:
+        _replay.MAX_SIGNATURES = 0
     if not cuda:
         _stub_triton_path()
         # keep the yardstick's arithmetic on one core so it does not disturb the next case
@@ -152,7 +157,7 @@ def main() -> None:
     header = f"{'call':40s} {'median':>8s} {'min':>8s}"
     if baseline:
         header += f" | {'before median':>13s} {'min':>8s} {'ratio(min)':>10s}"
-    stubbed = "launchers stubbed" if not cuda else "real launches"
+    stubbed = "launchers stubbed" if not cuda else "real launches" + (", no replays" if args.no_replay else "")
     print(f"{args.device}, {args.num_envs}x{args.seq_len}, {stubbed}, torch {torch.__version__}; µs per call ({clock_name} clock)")
     print(header)
     for name, fn in cases.items():

@@ -157,3 +157,12 @@ def test_gradients_and_compilation_take_the_full_path(fake_launches):
     function, (rewards, values, terminateds), _ = fresh_call("gae", 0)
     function(rewards.requires_grad_(), values, terminateds)
     assert len(function.replays) == 0
+
+
+def test_unrecordable_calls_stop_being_recorded(fake_launches):
+    # one tensor passed as two arguments: which argument a kernel pointer came from is ambiguous
+    function, (rewards, _, terminateds), _ = fresh_call("gae", 0)
+    for _ in range(5):
+        function(rewards, rewards, terminateds)
+    assert len(function.replays) == 0
+    assert list(function.failed_recordings.values()) == [_replay.MAX_FAILED_RECORDINGS]

@@ -375,7 +375,9 @@ def test_flag_dtypes(backend, name, flag_dtype, make_rollout):
     ro = make_rollout(3, 65)
     expected = call(name, ro)
     flags = ro.map(lambda x: x.to(flag_dtype), fields=("terminateds", "truncateds", "dones"))
-    torch.testing.assert_close(call(name, flags), expected, rtol=0, atol=0)
+    # compiled kernels may lay out tiles of narrower flags differently, which changes the order in
+    # which the scan combines steps: equal up to float32 rounding, not always bitwise
+    assert_rel(call(name, flags), expected, TOLERANCE[torch.float32])
 
 
 @pytest.mark.parametrize("name", ESTIMATOR_NAMES)

@@ -341,7 +341,7 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
             defaults = {p.name: p.default for p in kernel.params}
             _compiled[key] = (compiled, tuple(meta.get(name, defaults[name]) for name in names))
         if recording is not None:
-            recording.abandon()
+            recording.abandon(worth_retrying=True)
         return
     compiled, constexprs = entry
     try:

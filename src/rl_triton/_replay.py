@@ -31,6 +31,9 @@ from rl_triton import _checks, _dispatch
 
 # distinct call signatures kept per estimator; calls beyond them take the full path
 MAX_SIGNATURES = 64
+# recordings of one signature that may fail before its calls take the full path without recording
+# (a call that passes one tensor as two arguments cannot be recorded; recording costs ~10x a call)
+MAX_FAILED_RECORDINGS = 2
 # CPU calls take the PyTorch reference, which is not replayable (tests with faked launches set this)
 REPLAY_ON_CPU = False
 
@@ -201,9 +204,13 @@ class _Recording(TorchDispatchMode):
         self.steps: list = []
         self.allocations: list[torch.Tensor] = []
         self.replayable = True
+        # whether an identical call may be replayable later (this one only compiled a kernel)
+        self.worth_retrying = False
 
-    def abandon(self) -> None:
+    def abandon(self, worth_retrying: bool = False) -> None:
+        """Stop recording; ``worth_retrying``: the call did nothing unrepeatable (a first launch compiles)."""
         self.replayable = False
+        self.worth_retrying = self.worth_retrying or worth_retrying
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
@@ -326,7 +333,8 @@ def clear() -> None:
 def replayable(function: Function) -> Function:
     """Decorate a public estimator: CUDA calls repeat the recorded work of an identical earlier call."""
     replays: dict[tuple, _Replay] = {}
-    _all_replays.append(replays)
+    failed_recordings: dict[tuple, int] = {}
+    _all_replays.extend((replays, failed_recordings))
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -339,14 +347,18 @@ def replayable(function: Function) -> Function:
         replay = replays.get(signature)
         if replay is not None:
             return replay(flat_args)
-        if len(replays) >= MAX_SIGNATURES or active_recording() is not None:
+        if (len(replays) >= MAX_SIGNATURES or active_recording() is not None
+                or failed_recordings.get(signature, 0) >= MAX_FAILED_RECORDINGS):
             return function(*args, **kwargs)
         with _Recording(flat_args) as recording:
             result = function(*args, **kwargs)
         replay = recording.finish(result)
         if replay is not None:
             replays[signature] = replay
+        elif not recording.worth_retrying and len(failed_recordings) < 16 * MAX_SIGNATURES:
+            failed_recordings[signature] = failed_recordings.get(signature, 0) + 1
         return result
 
     call.replays = replays  # type: ignore[attr-defined]
+    call.failed_recordings = failed_recordings  # type: ignore[attr-defined]
     return call  # type: ignore[return-value]
