@@ -110,7 +110,9 @@ def test_last_value_is_bootstrap_last_column(backend, rows, seq_len, make_rollou
     column[:, -1] = ro.last_value
     by_last_value = compute_gae(ro.rewards, ro.values, ro.terminateds, last_value=ro.last_value)
     by_column = compute_gae(ro.rewards, ro.values, ro.terminateds, bootstrap_values=column)
-    torch.testing.assert_close(by_last_value, by_column, rtol=0, atol=0)
+    # two kernel specialisations: compiled, their tiles may be laid out differently, which changes
+    # the order in which the scan combines steps (equal up to float32 rounding, not always bitwise)
+    assert_rel(by_last_value, by_column, TOLERANCE[torch.float32])
 
 
 # hand-computed, gamma = lambda = 0.5 (gamma * lambda = 0.25); every number is exact in binary
@@ -307,7 +309,9 @@ def test_flag_dtypes(backend, flag_dtype, make_rollout):
     ro = make_rollout(3, 65)
     expected = compute_gae(**gae_kwargs(ro))
     flags = ro.map(lambda x: x.to(flag_dtype), fields=("terminateds", "truncateds"))
-    torch.testing.assert_close(compute_gae(**gae_kwargs(flags)), expected, rtol=0, atol=0)
+    # flags of another width may change the tile plan (vector loads) and so the scan's order of
+    # combining steps: equal up to float32 rounding, not always bitwise
+    assert_rel(compute_gae(**gae_kwargs(flags)), expected, TOLERANCE[torch.float32])
 
 
 def test_nonbinary_float_flags_count_as_set(backend, make_rollout):
