@@ -65,7 +65,7 @@ def _cases(device: str, num_envs: int, seq_len: int, num_actions: int) -> dict[s
     actions = torch.randint(0, num_actions, (num_envs, seq_len), generator=generator).to(device)
     behaviour = probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     q_values = randn(num_envs, seq_len)
-    rewards_time_major = randn(seq_len, num_envs)
+    rewards_time_major, values_time_major = randn(seq_len, num_envs), randn(seq_len, num_envs)
     terminateds_time_major = terminateds.t().contiguous()
     tiny_a, tiny_b = randn(1), randn(1)
     return {
@@ -79,7 +79,7 @@ def _cases(device: str, num_envs: int, seq_len: int, num_actions: int) -> dict[s
             rewards, values, terminateds, truncateds, 0.99, 0.95, bootstrap_values
         ),
         "compute_gae (time_dim=0)": lambda: rl_triton.compute_gae(
-            rewards_time_major, rewards_time_major, terminateds_time_major, time_dim=0
+            rewards_time_major, values_time_major, terminateds_time_major, time_dim=0
         ),
         "compute_vtrace": lambda: rl_triton.compute_vtrace(
             log_pi, log_mu, values, rewards, terminateds, gamma=0.99, last_value=last_value
