@@ -162,21 +162,26 @@ def test_many_short_rows(gen, estimator, dtype):
         assert_rel(got, want, TOLERANCE[dtype])
 
 
+def capture(call):
+    """(graph, outputs) of ``call`` captured in a CUDA graph, after a warm-up call on a side stream."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = call()
+    return graph, outputs
+
+
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("rows, seq_len, split", SMALL_AND_SPLIT)
 def test_cuda_graph_replay(gen, estimator, rows, seq_len, split):
     ro = Rollout(gen, (rows,), seq_len, device="cuda")
     with _launch.tile_override(split=split):
         eager = run(estimator, ro)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            run(estimator, ro)
-        torch.cuda.current_stream().wait_stream(stream)
-
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = run(estimator, ro)
+        graph, captured = capture(lambda: run(estimator, ro))
     for out in captured:
         out.fill_(float("nan"))
     graph.replay()

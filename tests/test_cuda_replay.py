@@ -10,7 +10,7 @@ import torch
 
 from conftest import HAS_CUDA, TOLERANCE, Rollout, assert_rel, outputs
 from rl_triton import _replay
-from test_cuda import ESTIMATORS, Public, oracle, run
+from test_cuda import ESTIMATORS, Public, capture, oracle, run
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="replays are recorded for CUDA calls only")
 
@@ -60,14 +60,7 @@ def test_replayed_call_in_a_cuda_graph(gen, estimator):
     ro = Rollout(gen, (64,), 300, device="cuda")
     run(estimator, ro)
     run(estimator, ro)  # recorded
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run(estimator, ro)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run(estimator, ro)  # replayed while capturing
+    graph, captured = capture(lambda: run(estimator, ro))  # replayed, then replayed while capturing
     assert replay_count() == 1
     fresh = Rollout(gen, (64,), 300, device="cuda")
     for name, value in vars(ro).items():

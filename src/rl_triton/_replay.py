@@ -8,8 +8,8 @@ kernel launches with its own data pointers.
 
 A call is recorded while a ``TorchDispatchMode`` watches every tensor operation it runs. It is
 kept only if everything it did can be repeated exactly: allocations, zero fills, views, and
-kernel launches whose tensor arguments are (views of) the call's inputs or of its
-allocations. Anything else (a dtype conversion, a copy, a host read of data, a launch through
+kernel launches whose tensor arguments start at one of the call's input tensors (each at its
+own address) or inside one of its allocations. Anything else (a dtype conversion, a copy, a host read of data, a launch through
 Triton's own path) leaves the call unrecorded, so it always takes the full path. Calls that
 need gradients, run under ``torch.compile``, the correctness flag, a forced backend, a tile
 override or Triton's interpreter or profiling hooks also take the full path.
