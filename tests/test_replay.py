@@ -166,3 +166,23 @@ def test_unrecordable_calls_stop_being_recorded(fake_launches):
         function(rewards, rewards, terminateds)
     assert len(function.replays) == 0
     assert list(function.failed_recordings.values()) == [_replay.MAX_FAILED_RECORDINGS]
+
+
+def test_out_dtype_and_keywords(fake_launches):
+    function, args, _ = fresh_call("gae", 0)
+    for _ in range(2):
+        result = function(*args, out_dtype=torch.float64)
+        assert result.dtype == torch.float64 and result.shape == args[0].shape
+        function(args[0], args[1], terminateds=args[2])
+    # the first call of each signature is recorded, the second replayed: two signatures
+    assert len(function.replays) == 2
+
+
+def test_a_failing_call_leaves_no_recording_behind(fake_launches):
+    function, args, _ = fresh_call("gae", 0)
+    with pytest.raises(rl_triton.InputError):
+        function(*args, gamma=1.5)
+    assert _replay.active_recording() is None
+    assert len(function.replays) == 0
+    function(*args)
+    assert len(function.replays) == 1
