@@ -247,7 +247,7 @@ def _float_arg(value: float) -> object:
 def _bootstrap_arg(
     bootstrap_values: torch.Tensor | None, last_value: torch.Tensor | None
 ) -> tuple[torch.Tensor | None, int, tuple[int, int]]:
-    """(tensor, BOOTSTRAP mode, (row, time) strides) of GAE's and V-trace's bootstrap input."""
+    """(tensor, BOOTSTRAP mode, (row, time) strides) of a bootstrap input (or its gradient) of GAE or V-trace."""
     if last_value is not None:
         return last_value, BOOTSTRAP_LAST, (last_value.stride(0), 0)
     if bootstrap_values is not None:
@@ -497,8 +497,6 @@ def retrace(
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if targets.stride() != advantages.stride():
         raise RuntimeError("retrace outputs must share one layout")
-    # a program that walks several chunks loads each next chunk while it scans the current one
-    walks_chunks = not plan.split and plan.num_chunks > 1
     _launch(
         retrace_kernel, plan.grid,
         action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards,
@@ -509,7 +507,7 @@ def retrace(
         *q_values.stride(), *actions.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(),
         *targets.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
-        PREFETCH=walks_chunks if prefetch is None else prefetch and walks_chunks,
+        PREFETCH=plan.prefetch if prefetch is None else prefetch and plan.prefetch,
         ACTION_LANES=lanes, ACTION_PASSES=passes, MORE_ACTIONS=num_actions > lanes * passes, **_meta(plan, dtype),
     )
 
@@ -590,11 +588,6 @@ def linear_recurrence(
     )
 
 
-def _walks_chunks(plan: TilePlan) -> bool:
-    """Whether each program walks several chunks, and so should load each next chunk ahead."""
-    return not plan.split and plan.num_chunks > 1
-
-
 def gae_backward(
     grad_rewards: torch.Tensor | None,
     grad_values: torch.Tensor | None,
@@ -616,12 +609,7 @@ def gae_backward(
     num_rows, seq_len = grad_advantages.shape
     plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, terminateds.device)
-    if grad_last_value is not None:
-        grad_bootstrap, mode, boot_strides = grad_last_value, BOOTSTRAP_LAST, (grad_last_value.stride(0), 0)
-    else:
-        grad_bootstrap = grad_bootstrap_values
-        mode = BOOTSTRAP_NONE if grad_bootstrap_values is None else BOOTSTRAP_FULL
-        boot_strides = _strides(grad_bootstrap_values)
+    grad_bootstrap, mode, boot_strides = _bootstrap_arg(grad_bootstrap_values, grad_last_value)
     _launch(
         gae_backward_kernel, plan.grid,
         grad_advantages, terminateds, truncateds, grad_rewards, grad_values, grad_bootstrap,
@@ -632,7 +620,7 @@ def gae_backward(
         *map(_float_arg, (gamma, lambda_)),
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP_GRAD=mode,
         REWARDS_GRAD=grad_rewards is not None, VALUES_GRAD=grad_values is not None,
-        PREFETCH=_walks_chunks(plan), **_meta(plan, dtype),
+        PREFETCH=plan.prefetch, **_meta(plan, dtype),
     )
 
 
@@ -666,5 +654,5 @@ def returns_backward(
         *map(_float_arg, (gamma, lambda_)),
         HAS_TRUNCATED=truncateds is not None, REWARDS_GRAD=grad_rewards is not None,
         NEXT_VALUES_GRAD=grad_next_values is not None, BOOTSTRAP_GRAD=grad_bootstrap_values is not None,
-        PREFETCH=_walks_chunks(plan), **_meta(plan, dtype),
+        PREFETCH=plan.prefetch, **_meta(plan, dtype),
     )
