@@ -78,14 +78,14 @@ TILE_CASES = [
     pytest.param({"block_rows": 2, "block_time": 16, "split": False, "vec": 4}, 3, 200, id="r2t16v4-loop-3x200"),
     pytest.param({"block_rows": 1, "block_time": 32, "split": True, "vec": 8}, 2, 101, id="r1t32v8-split-2x101"),
     pytest.param({"block_rows": 4, "block_time": 8, "split": False, "vec": 2}, 5, 23, id="r4t8v2-loop-5x23"),
-    # look-back blocks of 4 and 2 chunks: 4 blocks (the last one of 1 chunk), and 7 blocks of one row
+    # look-back windows of 4 and 2 chunks
     pytest.param({"block_rows": 2, "block_time": 16, "split": True, "window": 4}, 3, 200, id="r2t16w4-split-3x200"),
     pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 2}, 1, 200, id="r1t16w2-split-1x200"),
 ]
 if HAS_CUDA:
-    # look-backs over several windows of blocks, or of aggregates only back to the first block,
-    # which only concurrent programs reach (the interpreter runs programs one after another, so
-    # every predecessor is already done): 33 chunks in blocks of 32; 257 chunks in blocks of 2 and 4
+    # look-backs past one window, which only concurrent programs reach (the interpreter runs
+    # programs one after another, so every predecessor is already done): 33 chunks, window 32;
+    # 257 chunks, windows of 2 and 4
     TILE_CASES += [
         pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 32}, 1, 513, id="r1t16-split-1x513"),
         pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 2}, 2, 4100, id="r1t16w2-split-2x4100"),

@@ -1,7 +1,7 @@
 """On the GPU: a call allocates its outputs and nothing else of size (no input copies).
 
 Peak memory during a call, above what was allocated before it, must be the outputs plus the
-time split's look-back workspace (about one int32 and two floats per chunk and row), which the
+time split's look-back workspace (one int32 and three floats per chunk and row), which the
 caching allocator rounds to 512-byte blocks. Inputs are read in place: time-major buffers,
 transposed and sliced views and bf16/uint8 inputs add nothing.
 """
@@ -36,11 +36,8 @@ def workspace_bytes(rows: int, seq_len: int, heavy: bool = True, time_major: boo
     plan = _launch.plan_tiles(rows, seq_len, time_major, torch.device("cuda"), heavy=heavy)
     if not plan.split:
         return 0
-    # per row tile: a status word and a map (two floats per row) for each chunk and each block of
-    # `window` chunks, and a carry (one float per row) for each block; plus the ticket counter
-    blocks = -(-plan.num_chunks // plan.window)
-    entries = plan.num_row_tiles * (plan.num_chunks + blocks)
-    return 4 * (entries + 1) + 4 * (2 * entries + plan.num_row_tiles * blocks) * plan.block_rows
+    slots = plan.num_row_tiles * plan.num_chunks
+    return 4 * (slots + 1) + 4 * 3 * slots * plan.block_rows
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)

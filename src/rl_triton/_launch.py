@@ -220,26 +220,15 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     return placeholder
 
 
-def _lookback_sizes(plan: TilePlan) -> tuple[int, int, int]:
-    """(status words, map values, carry values) of the look-back workspace of a time split.
-
-    Per row tile, ``kernels.scan.chunk_carry`` keeps a status word and a map (two values per row)
-    for each chunk and each block of ``plan.window`` chunks, and a carry (one value per row) per block.
-    """
-    blocks = plan.num_row_tiles * triton.cdiv(plan.num_chunks, plan.window)
-    entries = plan.num_row_tiles * plan.num_chunks + blocks
-    return entries, 2 * entries * plan.block_rows, blocks * plan.block_rows
-
-
 def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(status words, maps, block carries, ticket counter); only the words and the counter need zeroing."""
+    """(status, aggregates, prefixes, ticket counter); only status and counter need zeroing."""
     if not plan.split:
         dummy = _placeholder(device)
         return dummy, dummy, dummy, dummy
-    entries, map_values, carry_values = _lookback_sizes(plan)
-    flags = torch.zeros(entries + 1, dtype=torch.int32, device=device)
-    values = torch.empty(map_values + carry_values, dtype=dtype, device=device)
-    return flags[:entries], values[:map_values], values[map_values:], flags[entries:]
+    slots = plan.num_row_tiles * plan.num_chunks
+    flags = torch.zeros(slots + 1, dtype=torch.int32, device=device)
+    values = torch.empty(3 * slots * plan.block_rows, dtype=dtype, device=device)
+    return flags[:slots], values[: 2 * slots * plan.block_rows], values[2 * slots * plan.block_rows :], flags[slots:]
 
 
 def _float_arg(value: float) -> object:

@@ -8,10 +8,9 @@ recurrences), so one forward scan and one composition rule serve both directions
 
 When rows are too few to fill the GPU, time is split too: each program takes one chunk
 (claimed in order from an atomic ticket counter, so every chunk it waits on belongs to a
-program that has already started) and publishes the chunk's aggregate map ``x_in -> x_out``.
-Its carry comes from a two-level look-back (``chunk_carry``): the aggregates of the earlier
-chunks of its block of WINDOW chunks, and a decoupled look-back over whole blocks. One pass over
-the data.
+program that has already started), publishes the chunk's aggregate map ``x_in -> x_out``,
+looks back over its predecessors' aggregates and inclusive prefixes (a window at a time) for
+its carry, publishes its own inclusive prefix and finishes. One pass over the data.
 
 A program that walks several chunks (``PREFETCH``) issues the loads of chunk ``i + 1`` before it
 scans chunk ``i``: Triton does not pipeline loads that feed registers, and without this every
@@ -106,38 +105,6 @@ def claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def published_statuses(status_ptr, positions, valid):
-    """Status words at ``positions`` (0 where not ``valid``), read with acquire semantics."""
-    status = tl.atomic_add(status_ptr + positions, 0, mask=valid, sem="acquire")
-    return tl.where(valid, status, 0)
-
-
-@triton.jit
-def compose_published(aggregate_ptr, slots, include, BLOCK_ROWS: tl.constexpr, WINDOW: tl.constexpr):
-    """The published maps at ``slots`` where ``include``, composed in ascending order, as (a, b)."""
-    lanes = tl.arange(0, BLOCK_ROWS)
-    pair = slots[:, None] * 2
-    pair_mask = include[:, None] & (lanes[None, :] < BLOCK_ROWS)
-    step_a = tl.load(aggregate_ptr + pair * BLOCK_ROWS + lanes[None, :], mask=pair_mask, other=0.0, volatile=True)
-    step_b = tl.load(aggregate_ptr + (pair + 1) * BLOCK_ROWS + lanes[None, :], mask=pair_mask, other=1.0,
-                     volatile=True)
-    window_a, window_b = tl.associative_scan((step_a, step_b), 0, combine)
-    last = (tl.arange(0, WINDOW) == WINDOW - 1)[:, None]
-    return (tl.sum(tl.where(last, window_a, tl.zeros_like(window_a)), axis=0),
-            tl.sum(tl.where(last, window_b, tl.zeros_like(window_b)), axis=0))
-
-
-@triton.jit
-def publish_map(status_ptr, aggregate_ptr, slot, map_a, map_b, BLOCK_ROWS: tl.constexpr):
-    """Store a row tile's map ``x -> map_a + map_b * x`` at ``slot``, then release its status."""
-    lanes = tl.arange(0, BLOCK_ROWS)
-    tl.store(aggregate_ptr + (2 * slot) * BLOCK_ROWS + lanes, map_a)
-    tl.store(aggregate_ptr + (2 * slot + 1) * BLOCK_ROWS + lanes, map_b)
-    tl.debug_barrier()
-    tl.atomic_xchg(status_ptr + slot, _AGGREGATE_READY, sem="release")
-
-
-@triton.jit
 def chunk_carry(
     status_ptr,
     aggregate_ptr,
@@ -151,81 +118,60 @@ def chunk_carry(
     BLOCK_ROWS: tl.constexpr,
     WINDOW: tl.constexpr,
 ):
-    """Carry into chunk ``order`` (in processing order) of ``row_tile``, by a two-level look-back.
+    """Carry into chunk ``order`` (in processing order) of ``row_tile``, by decoupled look-back.
 
     ``aggregate_a + aggregate_b * x`` maps the carry into this chunk to the carry out of it;
-    ``boundary`` is the carry into chunk 0. Chunks form blocks of WINDOW. Every chunk publishes its
-    aggregate; the last chunk of a block composes the block's aggregate from its own and its block
-    mates', publishes it, and once its carry is known publishes the carry out of the block. A chunk
-    waits for its block mates' aggregates (one window), then looks back over whole blocks. So no
-    chunk's carry waits on a chain of earlier carries: a one-level look-back walks back to the
-    nearest published carry, which lags by about the number of programs in flight, one window of
-    status reads at a time (measured on an H200: most of a split call's time; benchmarks/NOTES.md).
-
-    Workspace per row tile: ``num_chunks + num_blocks`` status words and maps (chunks, then blocks),
-    and ``num_blocks`` carries.
+    ``boundary`` is the carry into chunk 0. Publishes the aggregate, then the inclusive prefix.
     """
-    window = tl.arange(0, WINDOW)
-    num_blocks = (num_chunks + WINDOW - 1) // WINDOW
-    chunk_base = row_tile * (num_chunks + num_blocks)
-    block_base = chunk_base + num_chunks
-    block = order // WINDOW
-    block_start = block * WINDOW
-    slot = chunk_base + order
-    publish_map(status_ptr, aggregate_ptr, slot, aggregate_a, aggregate_b, BLOCK_ROWS)
+    lanes = tl.arange(0, BLOCK_ROWS)
+    slot = row_tile * num_chunks + order
+    if order == 0:
+        carry = boundary
+    else:
+        tl.store(aggregate_ptr + (2 * slot) * BLOCK_ROWS + lanes, aggregate_a)
+        tl.store(aggregate_ptr + (2 * slot + 1) * BLOCK_ROWS + lanes, aggregate_b)
+        tl.debug_barrier()
+        tl.atomic_xchg(status_ptr + slot, _AGGREGATE_READY, sem="release")
 
-    # map from the carry into this block to the carry into this chunk: the block mates before it
-    into_a = tl.zeros_like(aggregate_a)
-    into_b = tl.full(aggregate_b.shape, 1, aggregate_b.dtype)
-    if order > block_start:
-        positions = block_start + window
-        earlier = positions < order
-        waiting = True
-        while waiting:
-            status = published_statuses(status_ptr + chunk_base, positions, earlier)
-            waiting = tl.min(tl.where(earlier, status, _AGGREGATE_READY), axis=0) < _AGGREGATE_READY
-        into_a, into_b = compose_published(aggregate_ptr, chunk_base + positions, earlier, BLOCK_ROWS, WINDOW)
-
-    is_block_end = order == block_start + WINDOW - 1
-    if is_block_end:
-        block_a, block_b = combine(into_a, into_b, aggregate_a, aggregate_b)
-        publish_map(status_ptr, aggregate_ptr, block_base + block, block_a, block_b, BLOCK_ROWS)
-
-    # carry into this block: decoupled look-back over earlier blocks, a window at a time; the carry
-    # into block 0 is the boundary
-    carry_in = boundary
-    if block > 0:
-        # map from the carry into the blocks just looked at to the carry into this block
+        # map from the carry into the window just looked at to the carry into this chunk
         done_a = tl.zeros_like(aggregate_a)
         done_b = tl.full(aggregate_b.shape, 1, aggregate_b.dtype)
-        upper = block
+        carry = boundary
+        window = tl.arange(0, WINDOW)
+        upper = order
         while upper > 0:
             position = upper - WINDOW + window  # [WINDOW], ascending
             valid = position >= 0
-            status = published_statuses(status_ptr + block_base, position, valid)
+            status = tl.atomic_add(status_ptr + row_tile * num_chunks + position, 0, mask=valid, sem="acquire")
+            status = tl.where(valid, status, 0)
             nearest_prefix = tl.max(tl.where(status == _PREFIX_READY, position, -1), axis=0)
             between = valid & (position > nearest_prefix)
-            if tl.min(tl.where(between, status, _PREFIX_READY), axis=0) >= _AGGREGATE_READY:
-                window_a, window_b = compose_published(aggregate_ptr, block_base + position, between, BLOCK_ROWS,
-                                                       WINDOW)
+            ready = tl.min(tl.where(between, status, _PREFIX_READY), axis=0) >= _AGGREGATE_READY
+            # position 0 only ever publishes a prefix, so an empty window edge means "wait"
+            ready = ready & ((nearest_prefix >= 0) | (upper > WINDOW))
+            if ready:
+                pair = (row_tile * num_chunks + position)[:, None] * 2
+                pair_mask = between[:, None] & (lanes[None, :] < BLOCK_ROWS)
+                step_a = tl.load(aggregate_ptr + pair * BLOCK_ROWS + lanes[None, :], mask=pair_mask, other=0.0,
+                                 volatile=True)
+                step_b = tl.load(aggregate_ptr + (pair + 1) * BLOCK_ROWS + lanes[None, :], mask=pair_mask,
+                                 other=1.0, volatile=True)
+                window_a, window_b = tl.associative_scan((step_a, step_b), 0, combine)
+                last = (window == WINDOW - 1)[:, None]
+                window_a = tl.sum(tl.where(last, window_a, tl.zeros_like(window_a)), axis=0)
+                window_b = tl.sum(tl.where(last, window_b, tl.zeros_like(window_b)), axis=0)
                 done_a, done_b = window_a * done_b + done_a, window_b * done_b
                 if nearest_prefix >= 0:
-                    prefix = tl.load(prefix_ptr + (row_tile * num_blocks + nearest_prefix) * BLOCK_ROWS
-                                     + tl.arange(0, BLOCK_ROWS), volatile=True)
-                    carry_in = done_a + done_b * prefix
-                    upper = 0
-                elif upper <= WINDOW:
-                    carry_in = done_a + done_b * boundary
+                    prefix_slot = row_tile * num_chunks + nearest_prefix
+                    prefix = tl.load(prefix_ptr + prefix_slot * BLOCK_ROWS + lanes, volatile=True)
+                    carry = done_a + done_b * prefix
                     upper = 0
                 else:
                     upper = upper - WINDOW
 
-    carry = into_a + into_b * carry_in
-    if is_block_end:
-        tl.store(prefix_ptr + (row_tile * num_blocks + block) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS),
-                 aggregate_a + aggregate_b * carry)
-        tl.debug_barrier()
-        tl.atomic_xchg(status_ptr + block_base + block, _PREFIX_READY, sem="release")
+    tl.store(prefix_ptr + slot * BLOCK_ROWS + lanes, aggregate_a + aggregate_b * carry)
+    tl.debug_barrier()
+    tl.atomic_xchg(status_ptr + slot, _PREFIX_READY, sem="release")
     return carry
 
 
