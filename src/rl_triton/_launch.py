@@ -30,6 +30,10 @@ from rl_triton.kernels.vtrace import vtrace_kernel
 # Tile plans measured on an H200 (BENCHMARKS.md): one row of 512 steps per program is the sweet
 # spot for many rows; time-split programs take longer chunks so fewer look-backs are chained.
 _MANY_ROWS_BLOCK_TIME = 512
+# GAE scans rows of up to 4096 steps in one chunk per program: at 4096x4096 on an H200, 77-79% of
+# the copy bandwidth (float32; bf16 67%) against 64% (bf16 29%) for 512-step chunks walked with
+# prefetch (benchmarks/NOTES.md)
+GAE_SINGLE_CHUNK_STEPS = 4096
 _SPLIT_BLOCK_TIME = 2048
 _HEAVY_SPLIT_BLOCK_TIME = 512
 # short rows are packed so that one warp still holds 128 steps
@@ -128,31 +132,34 @@ def plan_tiles(
     heavy: bool,
     max_block_time: int = 1 << 30,
     element_bytes: int | None = None,
+    single_chunk_steps: int = _MANY_ROWS_BLOCK_TIME,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
     ``heavy`` kernels (V-trace, Retrace) keep more values live per step and take smaller tiles;
     ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block);
     ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
-    load several steps per vector (None: the kernel loads step by step).
+    load several steps per vector (None: the kernel loads step by step); batch-major rows of up to
+    ``single_chunk_steps`` steps are scanned in one chunk per program.
     """
+    args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps)
     if _override is _NO_OVERRIDE:
-        return _default_plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes)
-    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes)
+        return _default_plan(*args)
+    return _plan(*args)
 
 
 @functools.lru_cache(maxsize=4096)
 def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None,
+    element_bytes: int | None, single_chunk_steps: int,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
-    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes)
+    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps)
 
 
 def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None,
+    element_bytes: int | None, single_chunk_steps: int,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     if time_major:
@@ -161,7 +168,7 @@ def _plan(
         # one thread per row leaves too few loads in flight below ~8192 rows: split time as well
         split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < _TIME_MAJOR_MIN_ROW_TILES
     else:
-        block_time = min(time_pow2, _MANY_ROWS_BLOCK_TIME)
+        block_time = time_pow2 if time_pow2 <= single_chunk_steps else min(time_pow2, _MANY_ROWS_BLOCK_TIME)
         block_rows = min(rows_pow2, max(1, _MIN_TILE_ELEMENTS // block_time))
         # too few row tiles to fill the GPU: split time across programs as well
         split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < 2 * _multiprocessors(device)
@@ -189,7 +196,9 @@ def _plan(
     if time_major:
         elements_per_warp = _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split else _TIME_MAJOR_ELEMENTS_PER_WARP
     elif vector_loads:
-        elements_per_warp = 32 * _MAX_VEC
+        # two vectors per thread: 1 warp per 512 steps (at 16384x512 on an H200, bf16 GAE 56% -> 67% of
+        # the copy bandwidth, V-trace 55% -> 59%, against one vector per thread)
+        elements_per_warp = 2 * 32 * _MAX_VEC
     else:
         # 4 warps per 512 steps: at 16384x512, lambda-returns 66% -> 91% of the copy bandwidth and
         # GAE with truncations 70% -> 87% against 2 warps (GAE without them equal)
@@ -386,7 +395,7 @@ def gae(
     dtype = _compute_dtype(rewards, values, bootstrap_values, last_value)
     element_bytes = _element_bytes(rewards, values, terminateds, truncateds, bootstrap_values, advantages)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
-                      element_bytes=element_bytes)
+                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
