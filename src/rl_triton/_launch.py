@@ -354,8 +354,7 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
         return
     compiled, constexprs = entry
     try:
-        compiled.run(grid[0], 1, 1, driver.active.get_current_stream(device), compiled.function,
-                     compiled.packed_metadata, None, None, None, *args, *constexprs)
+        run_compiled(compiled, constexprs, grid, args)
         if recording is not None:
             recording.launch(compiled, constexprs, grid, args, tuple(_placeholders.values()))
     except TypeError:
