@@ -120,7 +120,7 @@ BANDWIDTH_CASES = [
     pytest.param("discounted_returns", 16384, 512, 0, 90, id="discounted-16384x512"),
     pytest.param("prefix_sum", 16384, 512, 0, 90, id="prefix_sum-16384x512"),
     pytest.param("eligibility_traces", 16384, 512, 0, 90, id="eligibility-16384x512"),
-    pytest.param("gae", 4096, 4096, 0, 90, id="gae-4096x4096", marks=unmet("84-90% across runs")),
+    pytest.param("gae", 4096, 4096, 0, 90, id="gae-4096x4096", marks=unmet("77-79% in the benchmark (float32 flags); passes here")),
     pytest.param("vtrace", 4096, 4096, 0, 90, id="vtrace-4096x4096"),
     pytest.param("prefix_sum", 4096, 4096, 0, 90, id="prefix_sum-4096x4096"),
     pytest.param("gae", 8, 1 << 21, 0, 90, id="gae-8x2097152", marks=unmet("37%")),
@@ -151,7 +151,7 @@ def host_microseconds(call, repeats: int = 500) -> float:
     return min(runs)
 
 
-@pytest.mark.xfail(strict=False, reason="target not reached yet: 2.0-2.6x one PyTorch op (repeated calls) on an H200 host, 2026-11-30")
+@pytest.mark.xfail(strict=False, reason="target not reached yet: 2.0-2.9x one PyTorch op (repeated calls) on an H200 host, 2026-11-30")
 def test_ppo_sized_call_host_cost():
     data = rollout(4096, 128, 0, 0)
     elementwise = host_microseconds(lambda: torch.add(data["r"], data["v"]))
