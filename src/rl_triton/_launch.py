@@ -32,8 +32,11 @@ from rl_triton.kernels.vtrace import vtrace_kernel
 _MANY_ROWS_BLOCK_TIME = 512
 # GAE scans rows of up to 4096 steps in one chunk per program: at 4096x4096 on an H200, 77-79% of
 # the copy bandwidth (float32; bf16 67%) against 64% (bf16 29%) for 512-step chunks walked with
-# prefetch (benchmarks/NOTES.md)
+# prefetch (benchmarks/NOTES.md); with truncations and bootstrap values (more loads per step) it takes
+# up to 16 warps (4096x4096: 65-70% with 8, 78-81% with 16). V-trace keeps more values live per step:
+# one chunk of up to 1024 steps (4096x1024: 68% -> 77%; at 4096 steps one chunk was slower)
 GAE_SINGLE_CHUNK_STEPS = 4096
+VTRACE_SINGLE_CHUNK_STEPS = 1024
 _SPLIT_BLOCK_TIME = 2048
 _HEAVY_SPLIT_BLOCK_TIME = 512
 # short rows are packed so that one warp still holds 128 steps
@@ -133,6 +136,7 @@ def plan_tiles(
     max_block_time: int = 1 << 30,
     element_bytes: int | None = None,
     single_chunk_steps: int = _MANY_ROWS_BLOCK_TIME,
+    max_warps: int = 8,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -140,9 +144,10 @@ def plan_tiles(
     ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block);
     ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
     load several steps per vector (None: the kernel loads step by step); batch-major rows of up to
-    ``single_chunk_steps`` steps are scanned in one chunk per program.
+    ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps.
     """
-    args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps)
+    args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
+            max_warps)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -151,15 +156,16 @@ def plan_tiles(
 @functools.lru_cache(maxsize=4096)
 def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int,
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
-    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps)
+    return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
+                 max_warps)
 
 
 def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int,
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     if time_major:
@@ -203,7 +209,7 @@ def _plan(
         # 4 warps per 512 steps: at 16384x512, lambda-returns 66% -> 91% of the copy bandwidth and
         # GAE with truncations 70% -> 87% against 2 warps (GAE without them equal)
         elements_per_warp = 128
-    num_warps = _override.num_warps or max(1, min(8, block_rows * block_time // elements_per_warp))
+    num_warps = _override.num_warps or max(1, min(max_warps, block_rows * block_time // elements_per_warp))
     num_stages = _override.num_stages or 1
     window = _override.window or (_FEW_CHAINS_LOOKBACK_WINDOW if num_row_tiles < _FEW_CHAINS else _LOOKBACK_WINDOW)
     # every thread holds at least one vector, and a vector lies inside one chunk
@@ -393,8 +399,10 @@ def gae(
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, values, bootstrap_values, last_value)
     element_bytes = _element_bytes(rewards, values, terminateds, truncateds, bootstrap_values, advantages)
+    heavier = truncateds is not None or bootstrap_values is not None
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
-                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS)
+                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
+                      max_warps=16 if heavier else 8)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -430,7 +438,7 @@ def vtrace(
     element_bytes = _element_bytes(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds,
                                    bootstrap_values, targets)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
-                      element_bytes=element_bytes)
+                      element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
