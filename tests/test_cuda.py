@@ -11,6 +11,7 @@ import torch
 from conftest import (
     ACTION_FIELDS,
     FLAG_FIELDS,
+    HALF_TOLERANCE,
     HAS_CUDA,
     STEP_FIELDS,
     TOLERANCE,
@@ -160,6 +161,26 @@ def test_many_short_rows(gen, estimator, dtype):
     ro = Rollout(gen, (4096,), 128, dtype=dtype, device="cuda", num_actions=18)
     for got, want in zip(run(estimator, ro), oracle(estimator, ro), strict=True):
         assert_rel(got, want, TOLERANCE[dtype])
+
+
+def gae_last_value(lib, ro):
+    return lib.compute_gae(ro.rewards, ro.values, ro.terminateds, gamma=0.99, lambda_=0.95, last_value=ro.last_value)
+
+
+@pytest.mark.parametrize("estimator", [*ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
+@pytest.mark.parametrize("seq_len", [512, 1000, 1025, 3000, 4097])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_default_plans(gen, estimator, seq_len, dtype):
+    # enough rows not to split time, at lengths around every default plan's edge: one chunk per row
+    # (GAE up to 4096 steps, V-trace up to 1024, the others up to 512; float32 and bf16 vectors)
+    # and chunks walked with prefetch beyond
+    rows = 2 * torch.cuda.get_device_properties(0).multi_processor_count + 3
+    ro = Rollout(gen, (rows,), seq_len, dtype=dtype, flag_dtype=torch.uint8, device="cuda")
+    exact = ro.as_float64()
+    tolerance = TOLERANCE[torch.float32] if dtype == torch.float32 else HALF_TOLERANCE
+    for got, want in zip(run(estimator, ro), oracle(estimator, exact), strict=True):
+        assert got.dtype == dtype
+        assert_rel(got, want, tolerance)
 
 
 def capture(call):
