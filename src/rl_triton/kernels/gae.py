@@ -9,6 +9,7 @@ from rl_triton.kernels.scan import (
     claim_work,
     last_column,
     load_chunk,
+    load_episode_flags,
     scan,
     store_chunk,
     tile_rows,
@@ -53,12 +54,9 @@ def gae_chunk_inputs(
                         BLOCK_ROWS, BLOCK_TIME, VEC, True)
     value = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
-                            BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
-    truncated = tl.zeros_like(terminated)
-    if HAS_TRUNCATED:
-        truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
-                               BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
+    terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
+                                               s_trunc_row, s_trunc_time, chunk, seq_len, HAS_TRUNCATED, DTYPE,
+                                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
     value_next = next_state_value(
         values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
         last_value, rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,

@@ -13,6 +13,7 @@ from rl_triton.kernels.scan import (
     claim_work,
     last_column,
     load_chunk,
+    load_episode_flags,
     scan,
     store_chunk,
     tile_rows,
@@ -30,12 +31,9 @@ def returns_chunk_inputs(
     """The loads of one chunk; tensors a call does not pass are zeros."""
     rewards = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
                          BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
-                            BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
-    truncated = tl.zeros_like(terminated)
-    if HAS_TRUNCATED:
-        truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
-                               BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
+    terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
+                                               s_trunc_row, s_trunc_time, chunk, seq_len, HAS_TRUNCATED, DTYPE,
+                                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
     next_value = tl.zeros_like(rewards)
     if HAS_NEXT_VALUES:
         next_value = load_chunk(next_values_ptr, rows, row_ok, s_next_row, chunk, s_next_time, seq_len, 0.0, DTYPE,

@@ -270,6 +270,21 @@ def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other
 
 
 @triton.jit
+def load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time, s_trunc_row,
+                       s_trunc_time, chunk, seq_len, HAS_TRUNCATED: tl.constexpr, DTYPE: tl.constexpr,
+                       BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
+                       BACKWARD: tl.constexpr):
+    """(terminated, truncated) tiles of a chunk as 0/1; truncated is zeros when a call passes none."""
+    terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
+                            BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, FLAG=True)
+    truncated = tl.zeros_like(terminated)
+    if HAS_TRUNCATED:
+        truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
+                               BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, FLAG=True)
+    return terminated, truncated
+
+
+@triton.jit
 def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, values,
                 BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr):
     """Store a [rows, time] tile given in processing order (the inverse of load_chunk)."""

@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-from rl_triton.kernels.gae import next_state_value
+from rl_triton.kernels.gae import gae_chunk_inputs
 from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_window,
@@ -24,25 +24,16 @@ def vtrace_chunk_inputs(
     rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
 ):
-    """The loads of one chunk: log-probabilities, rewards, values, flags and the next state's value."""
+    """The loads of one chunk: log-probabilities, then GAE's (rewards, values, flags, next state's value)."""
     log_target = load_chunk(log_target_ptr, rows, row_ok, s_target_row, chunk, s_target_time, seq_len, 0.0, DTYPE,
                             BLOCK_ROWS, BLOCK_TIME, VEC, True)
     log_behavior = load_chunk(log_behavior_ptr, rows, row_ok, s_behavior_row, chunk, s_behavior_time, seq_len, 0.0, DTYPE,
                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
-                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    value = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
-                       BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
-                            BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
-    truncated = tl.zeros_like(terminated)
-    if HAS_TRUNCATED:
-        truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
-                               BLOCK_ROWS, BLOCK_TIME, VEC, True, FLAG=True)
-    value_next = next_state_value(
-        values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
-        last_value, rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
-    )
+    reward, value, terminated, truncated, value_next = gae_chunk_inputs(
+        rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
+        s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
+        s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, chunk, steps, seq_len,
+        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
     return log_target, log_behavior, reward, value, terminated, truncated, value_next
 
 
