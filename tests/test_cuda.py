@@ -171,9 +171,9 @@ def gae_last_value(lib, ro):
 @pytest.mark.parametrize("seq_len", [512, 1000, 1025, 3000, 4097])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_default_plans(gen, estimator, seq_len, dtype):
-    # enough rows not to split time, at lengths around every default plan's edge: one chunk per row
-    # (GAE up to 4096 steps, V-trace up to 1024, the others up to 512; float32 and bf16 vectors)
-    # and chunks walked with prefetch beyond
+    # enough rows not to split time beyond one chunk, at lengths around every default plan's edge:
+    # one chunk per row (GAE up to 4096 steps, V-trace up to 1024, the others up to 512; float32 and
+    # bf16 vectors) and chunks walked with prefetch beyond
     rows = 2 * torch.cuda.get_device_properties(0).multi_processor_count + 3
     ro = Rollout(gen, (rows,), seq_len, dtype=dtype, flag_dtype=torch.uint8, device="cuda")
     exact = ro.as_float64()

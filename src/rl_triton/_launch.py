@@ -174,6 +174,8 @@ def _plan(
         # one thread per row leaves too few loads in flight below ~8192 rows: split time as well
         split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < _TIME_MAJOR_MIN_ROW_TILES
     else:
+        # rows of up to single_chunk_steps steps are one chunk per program, however few the rows (then
+        # nothing is split in time: the time split below would cut such a row into one or two chunks)
         block_time = time_pow2 if time_pow2 <= single_chunk_steps else min(time_pow2, _MANY_ROWS_BLOCK_TIME)
         block_rows = min(rows_pow2, max(1, _MIN_TILE_ELEMENTS // block_time))
         # too few row tiles to fill the GPU: split time across programs as well
