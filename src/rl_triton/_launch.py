@@ -325,11 +325,6 @@ def full_launch_path_only() -> bool:
     return _override is not _NO_OVERRIDE or not _direct_launch.enabled or _profiling_hooks()
 
 
-def current_stream(device: int) -> int:
-    """The raw current CUDA stream of ``device``, as Triton's launcher takes it."""
-    return driver.active.get_current_stream(device)
-
-
 def run_compiled(compiled: object, constexprs: tuple, grid: tuple[int, ...], args: list | tuple) -> None:
     """Launch a compiled kernel on the current stream (Triton 3.6's launcher signature)."""
     device = driver.active.get_current_device()

@@ -79,7 +79,7 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
                 return None
             on_cuda = on_cuda or is_cuda
             # 16-byte alignment is what Triton specialises pointers on
-            parts.append((value.shape, value.stride(), value.dtype, value.get_device(), value.data_ptr() & 15))
+            parts.append((value.shape, value.stride(), value.dtype, value.device, value.data_ptr() & 15))
         elif value is None or isinstance(value, torch.dtype):
             parts.append(value)
         elif value.__class__ in _SCALARS:
@@ -90,26 +90,9 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
     if kwargs:
         parts.append(tuple(kwargs))
     if on_cuda:
-        # kernels launch on the current device (the last part: replays launch there)
+        # kernels launch on the current device
         parts.append(torch.cuda.current_device())
     return tuple(parts)
-
-
-def _direct_launch(compiled: Any) -> tuple | None:
-    """(C launch function, its arguments between the stream and the kernel's) of a compiled kernel.
-
-    Triton 3.6's launcher object only adds Python around that function (scratch buffers, which
-    these kernels do not use); None where that does not hold, and replays call ``run`` instead.
-    """
-    launcher = getattr(compiled, "run", None)
-    launch = getattr(launcher, "launch", None)
-    try:
-        if launch is None or launcher.global_scratch_size or launcher.profile_scratch_size:
-            return None
-        return launch, (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
-                        compiled.packed_metadata, None, None, None)
-    except AttributeError:
-        return None
 
 
 def _full_path_only() -> bool:
@@ -177,8 +160,7 @@ class _Replay:
                 self.steps.append((_ZERO, step.allocation))
             else:
                 self.steps.append((_LAUNCH, step.compiled, step.constexprs, step.grid, step.template,
-                                   tuple((slot, s.from_input, s.index, s.byte_offset) for slot, s in step.dynamic),
-                                   _direct_launch(step.compiled)))
+                                   tuple((slot, s.from_input, s.index, s.byte_offset) for slot, s in step.dynamic)))
         # each result: an allocation as it is, or a view of it
         self.result = []
         for view in result:
@@ -187,33 +169,19 @@ class _Replay:
                      and view.storage_offset == 0)
             self.result.append((view.allocation, None if whole else (view.size, view.stride, view.storage_offset)))
         self.is_tuple = is_tuple
-        self.direct_launches = True
 
-    def __call__(self, flat_args: tuple, device: int | None) -> Any:
-        """Repeat the call for ``flat_args`` on CUDA device ``device`` (None: CPU, launches faked in tests)."""
-        launches = _kernels()
+    def __call__(self, flat_args: tuple) -> Any:
+        run_compiled = _kernels().run_compiled
         allocations: list[torch.Tensor] = []
-        stream = None
         for step in self.steps:
             kind = step[0]
             if kind == _LAUNCH:
-                _, compiled, constexprs, grid, template, dynamic, direct = step
+                _, compiled, constexprs, grid, template, dynamic = step
                 args = list(template)
                 for slot, from_input, index, byte_offset in dynamic:
                     base = flat_args[index] if from_input else allocations[index]
                     args[slot] = base.data_ptr() + byte_offset
-                if direct is None or device is None or not self.direct_launches:
-                    launches.run_compiled(compiled, constexprs, grid, args)
-                    continue
-                if stream is None:
-                    stream = launches.current_stream(device)
-                launch, between = direct
-                try:
-                    launch(grid[0], 1, 1, stream, *between, *args, *constexprs)
-                except TypeError:
-                    # a launcher whose arguments differ from Triton 3.6's: rejected before the launch
-                    self.direct_launches = False
-                    launches.run_compiled(compiled, constexprs, grid, args)
+                run_compiled(compiled, constexprs, grid, args)
             elif kind == _ALLOCATE:
                 spec = step[1]
                 if spec.zeroed:
@@ -378,8 +346,7 @@ def replayable(function: Function) -> Function:
         flat_args = (*args, *kwargs.values())
         replay = replays.get(signature)
         if replay is not None:
-            # on CUDA the signature ends with the device index (no other part is a bare int)
-            return replay(flat_args, signature[-1] if signature[-1].__class__ is int else None)
+            return replay(flat_args)
         if (len(replays) >= MAX_SIGNATURES or active_recording() is not None
                 or failed_recordings.get(signature, 0) >= MAX_FAILED_RECORDINGS):
             return function(*args, **kwargs)
