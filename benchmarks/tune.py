@@ -137,7 +137,7 @@ def graph_time_ms(fn, sets: list) -> float:
 
 def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
-    ``vN`` steps per vector load (1 turns vector loads off)."""
+    ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per thread."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
@@ -149,6 +149,8 @@ def plan_override(plan: str) -> dict:
             kw["window"] = int(token[1:])
         elif token.startswith("v"):
             kw["vec"] = int(token[1:])
+        elif token.startswith("r"):
+            kw["max_registers"] = int(token[1:])
     return kw
 
 

@@ -56,6 +56,18 @@ _FLOAT32_VEC = 4
 # is in one of a few chains, so look-backs reach further (measured on an H200, GAE 1x2^24: 264 us
 # with 32, 190 us with 128; 8x2^21: 163 us with 32, 174 us with 128)
 _LOOKBACK_WINDOW = 32
+# registers per thread of time-split programs: 64 instead of the compiler's 80-95 fits 4 programs of
+# 8 warps per multiprocessor instead of 3, for a few spilled bytes (measured on an H200, GAE, % of
+# the copy bandwidth: 64x16384 21.6 -> 28.0, 8x131072 19.8 -> 24.6, 8x2^21 37.6 -> 41.1, 1x2^24
+# 32.1 -> 33.4; discounted returns and V-trace gain 1-6 points too; benchmarks/NOTES.md). Measured for
+# batch-major float32 only, so time-major, float64 and Retrace programs keep the compiler's choice.
+_SPLIT_MAX_REGISTERS = 64
+# Retrace programs of up to 4 actions per group that walk their chunks take ~156 registers per thread;
+# 128 (no spills) fits 4 programs per multiprocessor instead of 3 (measured on an H200, 4 actions, %
+# of the copy bandwidth: 16384x512 49.8 -> 53.1, 512x1024 35.9 -> 43.5, 4096x128 equal). Larger groups
+# spill under that cap and were slower (18 actions: 43.5 -> 27.8 at 16384x512), so they keep ~250.
+_RETRACE_SMALL_GROUP = 4
+_RETRACE_SMALL_GROUP_MAX_REGISTERS = 128
 _FEW_CHAINS_LOOKBACK_WINDOW = 128
 _FEW_CHAINS = 4
 
@@ -71,6 +83,8 @@ class TilePlan:
     num_stages: int
     window: int
     vec: int
+    # a register cap per thread (ptxas .maxnreg), None: the compiler's choice
+    max_registers: int | None = None
 
     @property
     def prefetch(self) -> bool:
@@ -91,6 +105,7 @@ class _Override:
     num_stages: int | None = None
     window: int | None = None
     vec: int | None = None
+    max_registers: int | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -106,6 +121,7 @@ def tile_override(
     num_stages: int | None = None,
     window: int | None = None,
     vec: int | None = None,
+    max_registers: int | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -113,7 +129,7 @@ def tile_override(
     """
     global _override
     previous = _override
-    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec)
+    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers)
     try:
         yield
     finally:
@@ -219,7 +235,9 @@ def _plan(
     float32_vectors = (float32_vectors and block_time >= _FLOAT32_VEC
                        and block_rows * block_time >= 32 * num_warps * _FLOAT32_VEC)
     vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors else 1)
-    return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec)
+    max_registers = _override.max_registers or (_SPLIT_MAX_REGISTERS if split and not time_major else None)
+    return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
+                    max_registers)
 
 
 def _is_time_major(x: torch.Tensor) -> bool:
@@ -376,7 +394,7 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
 
 
 def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:
-    return {
+    meta = {
         "SPLIT": plan.split,
         "BLOCK_ROWS": plan.block_rows,
         "BLOCK_TIME": plan.block_time,
@@ -385,6 +403,9 @@ def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:
         "num_warps": plan.num_warps,
         "num_stages": plan.num_stages,
     }
+    if plan.max_registers is not None and (dtype != torch.float64 or _override.max_registers is not None):
+        meta["maxnreg"] = plan.max_registers
+    return meta
 
 
 def gae(
@@ -510,8 +531,11 @@ def retrace(
     else:
         num_warps = max(1, min(4, tile // 32))
     num_warps = _override.num_warps or num_warps
+    # Retrace's time-split programs hold ~160-250 registers per thread and are not capped at 64
+    small_group = group <= _RETRACE_SMALL_GROUP and not plan.split and not time_major
+    max_registers = _override.max_registers or (_RETRACE_SMALL_GROUP_MAX_REGISTERS if small_group else None)
     plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
-                               num_warps=num_warps)
+                               num_warps=num_warps, max_registers=max_registers)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if targets.stride() != advantages.stride():
         raise RuntimeError("retrace outputs must share one layout")
