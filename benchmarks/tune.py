@@ -137,7 +137,8 @@ def graph_time_ms(fn, sets: list) -> float:
 
 def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
-    ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per thread."""
+    ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
+    thread (``r0``: no cap)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):

@@ -57,11 +57,14 @@ _FLOAT32_VEC = 4
 # with 32, 190 us with 128; 8x2^21: 163 us with 32, 174 us with 128)
 _LOOKBACK_WINDOW = 32
 # registers per thread of time-split programs: 64 instead of the compiler's 80-95 fits 4 programs of
-# 8 warps per multiprocessor instead of 3, for a few spilled bytes (measured on an H200, GAE, % of
-# the copy bandwidth: 64x16384 21.6 -> 28.0, 8x131072 19.8 -> 24.6, 8x2^21 37.6 -> 41.1, 1x2^24
-# 32.1 -> 33.4; discounted returns and V-trace gain 1-6 points too; benchmarks/NOTES.md). Measured for
-# batch-major float32 only, so time-major, float64 and Retrace programs keep the compiler's choice.
+# 8 warps per multiprocessor instead of 3, for a few spilled bytes. Measured on an H200, uncapped ->
+# capped in one run (benchmarks/results/h200-2026-11-30-run4-split-cap-ab.txt), device us: GAE 64x16384
+# 17.5 -> 13.4, 8x2^21 171 -> 155; discounted returns 16.7 -> 13.0, 171 -> 149; V-trace 20.5 -> 18.7,
+# 259 -> 249; lambda-returns 20.1 -> 16.7 (but 1x2^24 209 -> 230); eligibility traces and prefix sums
+# equal. Measured for batch-major float32 only: time-major, float64 and Retrace programs keep the
+# compiler's choice.
 _SPLIT_MAX_REGISTERS = 64
+_SPLIT_MAX_WARPS = 8
 # Retrace programs of up to 4 actions per group that walk their chunks take ~156 registers per thread;
 # 128 (no spills) fits 4 programs per multiprocessor instead of 3 (measured on an H200, 4 actions, %
 # of the copy bandwidth: 16384x512 49.8 -> 53.1, 512x1024 35.9 -> 43.5, 4096x128 equal). Larger groups
@@ -227,6 +230,10 @@ def _plan(
         # 4 warps per 512 steps: at 16384x512, lambda-returns 66% -> 91% of the copy bandwidth and
         # GAE with truncations 70% -> 87% against 2 warps (GAE without them equal)
         elements_per_warp = 128
+    if split:
+        # more warps are for single chunks of many loads per step (GAE with truncations: 1x2^24 took
+        # 316 us with 16 warps against 219 with 8 on an H200)
+        max_warps = min(max_warps, _SPLIT_MAX_WARPS)
     num_warps = _override.num_warps or max(1, min(max_warps, block_rows * block_time // elements_per_warp))
     num_stages = _override.num_stages or 1
     window = _override.window or (_FEW_CHAINS_LOOKBACK_WINDOW if num_row_tiles < _FEW_CHAINS else _LOOKBACK_WINDOW)
@@ -235,7 +242,9 @@ def _plan(
     float32_vectors = (float32_vectors and block_time >= _FLOAT32_VEC
                        and block_rows * block_time >= 32 * num_warps * _FLOAT32_VEC)
     vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors else 1)
-    max_registers = _override.max_registers or (_SPLIT_MAX_REGISTERS if split and not time_major else None)
+    max_registers = _SPLIT_MAX_REGISTERS if split and not time_major else None
+    if _override.max_registers is not None:
+        max_registers = _override.max_registers or None
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
                     max_registers)
 
@@ -403,7 +412,7 @@ def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:
         "num_warps": plan.num_warps,
         "num_stages": plan.num_stages,
     }
-    if plan.max_registers is not None and (dtype != torch.float64 or _override.max_registers is not None):
+    if plan.max_registers is not None and (dtype != torch.float64 or _override.max_registers):
         meta["maxnreg"] = plan.max_registers
     return meta
 
@@ -533,7 +542,9 @@ def retrace(
     num_warps = _override.num_warps or num_warps
     # Retrace's time-split programs hold ~160-250 registers per thread and are not capped at 64
     small_group = group <= _RETRACE_SMALL_GROUP and not plan.split and not time_major
-    max_registers = _override.max_registers or (_RETRACE_SMALL_GROUP_MAX_REGISTERS if small_group else None)
+    max_registers = _RETRACE_SMALL_GROUP_MAX_REGISTERS if small_group else None
+    if _override.max_registers is not None:
+        max_registers = _override.max_registers or None
     plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
                                num_warps=num_warps, max_registers=max_registers)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)

@@ -1,0 +1,32 @@
+"""Tile plans: the rules the H200 measurements in benchmarks/NOTES.md chose, kept from drifting."""
+
+import torch
+
+from rl_triton import _launch
+
+CPU = torch.device("cpu")  # planned as a GPU of 4 multiprocessors
+
+
+def test_time_split_programs_take_at_most_8_warps_and_64_registers():
+    # GAE with truncations asks for up to 16 warps: right for one chunk per row, slower when split
+    plan = _launch.plan_tiles(1, 1 << 20, False, CPU, heavy=False, element_bytes=4,
+                              single_chunk_steps=_launch.GAE_SINGLE_CHUNK_STEPS, max_warps=16)
+    assert plan.split and plan.num_chunks == (1 << 20) // plan.block_time
+    assert plan.num_warps == 8 and plan.max_registers == 64
+    heavy = _launch.plan_tiles(2, 1 << 16, False, CPU, heavy=True)
+    assert heavy.split and heavy.num_warps <= 8 and heavy.max_registers == 64
+
+
+def test_single_chunk_and_time_major_plans_keep_the_compilers_registers():
+    rows = _launch.plan_tiles(4096, 4096, False, CPU, heavy=False, element_bytes=4,
+                              single_chunk_steps=_launch.GAE_SINGLE_CHUNK_STEPS, max_warps=16)
+    assert not rows.split and rows.num_chunks == 1 and rows.num_warps == 16 and rows.max_registers is None
+    time_major = _launch.plan_tiles(64, 1 << 16, True, CPU, heavy=False)
+    assert time_major.split and time_major.max_registers is None
+
+
+def test_register_cap_override():
+    with _launch.tile_override(split=True, block_time=64, max_registers=0):
+        assert _launch.plan_tiles(1, 4096, False, CPU, heavy=False).max_registers is None
+    with _launch.tile_override(split=True, block_time=64, max_registers=96):
+        assert _launch.plan_tiles(1, 4096, False, CPU, heavy=False).max_registers == 96
