@@ -138,7 +138,7 @@ def graph_time_ms(fn, sets: list) -> float:
 def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
     ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
-    thread (``r0``: no cap)."""
+    thread (``r0``: no cap), ``p0`` programs that walk several chunks do not load the next one ahead."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
@@ -152,6 +152,8 @@ def plan_override(plan: str) -> dict:
             kw["vec"] = int(token[1:])
         elif token.startswith("r"):
             kw["max_registers"] = int(token[1:])
+        elif token in ("p0", "p1"):
+            kw["prefetch"] = token == "p1"
     return kw
 
 

@@ -65,12 +65,17 @@ _LOOKBACK_WINDOW = 32
 # compiler's choice.
 _SPLIT_MAX_REGISTERS = 64
 _SPLIT_MAX_WARPS = 8
-# Retrace programs of up to 4 actions per group that walk their chunks take ~156 registers per thread;
-# 128 (no spills) fits 4 programs per multiprocessor instead of 3 (measured on an H200, 4 actions, %
-# of the copy bandwidth: 16384x512 49.8 -> 53.1, 512x1024 35.9 -> 43.5, 4096x128 equal). Larger groups
-# spill under that cap and were slower (18 actions: 43.5 -> 27.8 at 16384x512), so they keep ~250.
+# Float32 Retrace programs that walk their chunks, 4 warps each. Up to 4 actions per group they take
+# ~156 registers per thread; 128 (no spills) fits 4 programs per multiprocessor instead of 3
+# (measured on an H200, 4 actions, device us, uncapped -> capped: 16384x512 264 -> 243, 4096x1024
+# 127 -> 120, 512x1024 22.7 -> 19.3). Groups of 32 (17-32 actions) take ~240 while the next chunk is
+# loaded ahead (2 programs per multiprocessor) and ~178 without; without loading ahead and at 128
+# (8 spilled bytes), 4 programs fit: 18 actions 16384x512 811 -> 751 us, 4096x1024 401 -> 386,
+# 4096x128 52.7 -> 47.6, 512x1024 equal (benchmarks/results/h200-2026-11-30-run4-retrace-*.txt).
+# Groups of 8 and 16 are unmeasured and keep the compiler's choice.
 _RETRACE_SMALL_GROUP = 4
-_RETRACE_SMALL_GROUP_MAX_REGISTERS = 128
+_RETRACE_LARGE_GROUP = 32
+_RETRACE_MAX_REGISTERS = 128
 _FEW_CHAINS_LOOKBACK_WINDOW = 128
 _FEW_CHAINS = 4
 
@@ -88,11 +93,13 @@ class TilePlan:
     vec: int
     # a register cap per thread (ptxas .maxnreg), None: the compiler's choice
     max_registers: int | None = None
+    # whether programs that walk several chunks load each next chunk ahead
+    walk_ahead: bool = True
 
     @property
     def prefetch(self) -> bool:
         """Whether a program walks several chunks and so loads each next chunk ahead."""
-        return not self.split and self.num_chunks > 1
+        return self.walk_ahead and not self.split and self.num_chunks > 1
 
     @property
     def grid(self) -> tuple[int]:
@@ -109,6 +116,7 @@ class _Override:
     window: int | None = None
     vec: int | None = None
     max_registers: int | None = None
+    prefetch: bool | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -125,6 +133,7 @@ def tile_override(
     window: int | None = None,
     vec: int | None = None,
     max_registers: int | None = None,
+    prefetch: bool | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -132,7 +141,7 @@ def tile_override(
     """
     global _override
     previous = _override
-    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers)
+    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch)
     try:
         yield
     finally:
@@ -245,8 +254,9 @@ def _plan(
     max_registers = _SPLIT_MAX_REGISTERS if split and not time_major else None
     if _override.max_registers is not None:
         max_registers = _override.max_registers or None
+    walk_ahead = True if _override.prefetch is None else _override.prefetch
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers)
+                    max_registers, walk_ahead)
 
 
 def _is_time_major(x: torch.Tensor) -> bool:
@@ -541,12 +551,19 @@ def retrace(
         num_warps = max(1, min(4, tile // 32))
     num_warps = _override.num_warps or num_warps
     # Retrace's time-split programs hold ~160-250 registers per thread and are not capped at 64
-    small_group = group <= _RETRACE_SMALL_GROUP and not plan.split and not time_major
-    max_registers = _RETRACE_SMALL_GROUP_MAX_REGISTERS if small_group else None
+    max_registers, walk_ahead = None, plan.walk_ahead
+    if not plan.split and not time_major and dtype == torch.float32:
+        if group <= _RETRACE_SMALL_GROUP:
+            max_registers = _RETRACE_MAX_REGISTERS
+        elif group >= _RETRACE_LARGE_GROUP and num_actions <= group:
+            max_registers = _RETRACE_MAX_REGISTERS
+            walk_ahead = walk_ahead and _override.prefetch is not None
+    if prefetch is not None:
+        walk_ahead = prefetch
     if _override.max_registers is not None:
         max_registers = _override.max_registers or None
     plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
-                               num_warps=num_warps, max_registers=max_registers)
+                               num_warps=num_warps, max_registers=max_registers, walk_ahead=walk_ahead)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if targets.stride() != advantages.stride():
         raise RuntimeError("retrace outputs must share one layout")
@@ -560,7 +577,7 @@ def retrace(
         *q_values.stride(), *actions.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(),
         *targets.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
-        PREFETCH=plan.prefetch if prefetch is None else prefetch and plan.prefetch,
+        PREFETCH=plan.prefetch,
         ACTION_LANES=lanes, ACTION_PASSES=passes, MORE_ACTIONS=num_actions > lanes * passes, **_meta(plan, dtype),
     )
 
