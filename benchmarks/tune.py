@@ -97,6 +97,12 @@ def calls(d: dict) -> dict:
         "eligibility": (lambda: rl_triton.compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95),
                         ["r", "term"], 1),
         "prefix_sum": (lambda: rl_triton.compute_episodic_prefix_sum(d["r"], d["term"]), ["r", "term"], 1),
+        "discounted_time_major": (lambda: rl_triton.compute_discounted_returns(d["tm"]["r"], d["tm"]["term"],
+                                                                               time_dim=0), ["r", "term"], 1),
+        "eligibility_time_major": (lambda: rl_triton.compute_eligibility_traces(d["tm"]["r"], d["tm"]["term"], 0.99,
+                                                                                0.95, time_dim=0), ["r", "term"], 1),
+        "prefix_sum_time_major": (lambda: rl_triton.compute_episodic_prefix_sum(d["tm"]["r"], d["tm"]["term"],
+                                                                                time_dim=0), ["r", "term"], 1),
     }
 
 

@@ -30,3 +30,13 @@ def test_register_cap_override():
         assert _launch.plan_tiles(1, 4096, False, CPU, heavy=False).max_registers is None
     with _launch.tile_override(split=True, block_time=64, max_registers=96):
         assert _launch.plan_tiles(1, 4096, False, CPU, heavy=False).max_registers == 96
+
+
+def test_time_major_tiles_spread_each_rows_steps_over_threads():
+    plan = _launch.plan_tiles(16384, 512, True, CPU, heavy=False)
+    assert (plan.block_rows, plan.block_time, plan.num_warps, plan.split) == (16, 64, 4, False)
+    assert plan.prefetch and plan.max_registers is None
+    short = _launch.plan_tiles(16384, 8, True, CPU, heavy=True)
+    assert (short.block_rows, short.block_time, short.num_warps) == (128, 8, 4)
+    retrace = _launch.plan_tiles(16384, 512, True, CPU, heavy=True, time_major_tile=_launch.RETRACE_TIME_MAJOR_TILE)
+    assert (retrace.block_rows, retrace.block_time, retrace.num_warps) == (128, 16, 4)

@@ -41,10 +41,16 @@ _SPLIT_BLOCK_TIME = 2048
 _HEAVY_SPLIT_BLOCK_TIME = 512
 # short rows are packed so that one warp still holds 128 steps
 _MIN_TILE_ELEMENTS = 128
-# time-major buffers are read as tiles of many rows and few steps, so each warp reads along rows
-_TIME_MAJOR_BLOCK_TIME = 16
-_TIME_MAJOR_TILE_ELEMENTS = 2048
-_TIME_MAJOR_ELEMENTS_PER_WARP = 512
+# Time-major buffers are read as tiles of (rows, steps), 4 warps each: 16 rows x 64 steps puts 4
+# contiguous rows in each thread (one 16-byte vector), 4 lanes along rows and 8 lanes and the warps
+# along time, so every row's steps are spread over 32 threads and a call runs many more threads than
+# rows. Measured on an H200, % of the copy bandwidth, float32, against 128 rows x 16 steps (one lane
+# per 4 rows, warps along time): GAE 16384x512 48.0 -> 63.8, 4096x4096 48.6 (time split) -> 49.5; V-trace
+# 56.8 -> 62.1, 47.1 (time split) -> 66.1 (benchmarks/results/h200-2026-11-30-run4-time-major-tiles.txt).
+# Retrace's per-action tiles keep 128 x 16 (its actions already give each step several lanes).
+TIME_MAJOR_TILE = (16, 64)
+RETRACE_TIME_MAJOR_TILE = (128, 16)
+_TIME_MAJOR_WARPS = 4
 _TIME_MAJOR_MIN_ROW_TILES = 64
 _TIME_MAJOR_SPLIT_BLOCK_TIME = 32
 _TIME_MAJOR_SPLIT_BLOCK_ROWS = 64
@@ -165,6 +171,7 @@ def plan_tiles(
     element_bytes: int | None = None,
     single_chunk_steps: int = _MANY_ROWS_BLOCK_TIME,
     max_warps: int = 8,
+    time_major_tile: tuple[int, int] = TIME_MAJOR_TILE,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -172,10 +179,11 @@ def plan_tiles(
     ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block);
     ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
     load several steps per vector (None: the kernel loads step by step); batch-major rows of up to
-    ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps.
+    ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps;
+    time-major calls that do not split time take tiles of ``time_major_tile`` (rows, steps).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-            max_warps)
+            max_warps, time_major_tile)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -184,21 +192,22 @@ def plan_tiles(
 @functools.lru_cache(maxsize=4096)
 def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int,
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int],
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-                 max_warps)
+                 max_warps, time_major_tile)
 
 
 def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int,
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int],
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     if time_major:
-        block_time = min(time_pow2, _TIME_MAJOR_BLOCK_TIME)
-        block_rows = min(rows_pow2, _TIME_MAJOR_TILE_ELEMENTS // block_time)
+        tile_rows, tile_steps = time_major_tile
+        block_time = min(time_pow2, tile_steps)
+        block_rows = min(rows_pow2, tile_rows * tile_steps // block_time)
         # one thread per row leaves too few loads in flight below ~8192 rows: split time as well
         split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < _TIME_MAJOR_MIN_ROW_TILES
     else:
@@ -230,7 +239,8 @@ def _plan(
     # 4096x128; V-trace equal or slower, so heavy kernels keep scalar loads)
     float32_vectors = element_bytes == 4 and single_chunk and not heavy
     if time_major:
-        elements_per_warp = _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split else _TIME_MAJOR_ELEMENTS_PER_WARP
+        elements_per_warp = (_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split
+                             else time_major_tile[0] * time_major_tile[1] // _TIME_MAJOR_WARPS)
     elif vector_loads:
         # two vectors per thread: 1 warp per 512 steps (at 16384x512 on an H200, bf16 GAE 56% -> 67% of
         # the copy bandwidth, V-trace 55% -> 59%, against one vector per thread)
@@ -538,11 +548,13 @@ def retrace(
         # 4 actions 39-42 -> 50-52 (256 steps, 4 warps; 8 warps before).
         tile_steps = max(32, min(256, 4096 // group))
     time_major = _is_time_major(rewards)
-    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps)
+    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps,
+                      time_major_tile=RETRACE_TIME_MAJOR_TILE)
     if plan.split:
         # split programs hold one chunk each (no chunk loaded ahead): twice the steps fit
         tile_steps *= 2
-        plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps)
+        plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True, max_block_time=tile_steps,
+                          time_major_tile=RETRACE_TIME_MAJOR_TILE)
     block_rows = _override.block_rows or max(1, min(plan.block_rows, tile_steps // plan.block_time))
     tile = block_rows * plan.block_time
     if dtype == torch.float64:
