@@ -47,11 +47,13 @@ _MIN_TILE_ELEMENTS = 128
 # rows. Measured on an H200, % of the copy bandwidth, float32, against 128 rows x 16 steps (one lane
 # per 4 rows, warps along time): GAE 16384x512 48.0 -> 63.8, 4096x4096 48.6 (time split) -> 49.5; V-trace
 # 56.8 -> 62.1, 47.1 (time split) -> 66.1 (benchmarks/results/h200-2026-11-30-run4-time-major-tiles.txt).
-# Retrace's per-action tiles keep 128 x 16 (its actions already give each step several lanes).
-TIME_MAJOR_TILE = (16, 64)
-RETRACE_TIME_MAJOR_TILE = (128, 16)
+# Below 4096 rows time is split too (1024-2048 rows: GAE 28-34% -> 34-38% with the split; at 4096 rows
+# the split was slower, V-trace 66% -> 47%; -run4-time-major-split.txt). Retrace's per-action tiles
+# keep 128 x 16 and the split below 8192 rows (its actions already give each step several lanes).
+# (rows, steps, fewest rows not split in time)
+TIME_MAJOR_TILE = (16, 64, 4096)
+RETRACE_TIME_MAJOR_TILE = (128, 16, 8192)
 _TIME_MAJOR_WARPS = 4
-_TIME_MAJOR_MIN_ROW_TILES = 64
 _TIME_MAJOR_SPLIT_BLOCK_TIME = 32
 _TIME_MAJOR_SPLIT_BLOCK_ROWS = 64
 _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP = 1024
@@ -171,7 +173,7 @@ def plan_tiles(
     element_bytes: int | None = None,
     single_chunk_steps: int = _MANY_ROWS_BLOCK_TIME,
     max_warps: int = 8,
-    time_major_tile: tuple[int, int] = TIME_MAJOR_TILE,
+    time_major_tile: tuple[int, int, int] = TIME_MAJOR_TILE,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -180,7 +182,7 @@ def plan_tiles(
     ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
     load several steps per vector (None: the kernel loads step by step); batch-major rows of up to
     ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps;
-    time-major calls that do not split time take tiles of ``time_major_tile`` (rows, steps).
+    time-major calls take tiles of ``time_major_tile`` (rows, steps; fewer rows than its third entry split time).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile)
@@ -192,7 +194,7 @@ def plan_tiles(
 @functools.lru_cache(maxsize=4096)
 def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int],
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int],
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
@@ -201,15 +203,15 @@ def _default_plan(
 
 def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int],
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int],
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     if time_major:
-        tile_rows, tile_steps = time_major_tile
+        tile_rows, tile_steps, unsplit_rows = time_major_tile
         block_time = min(time_pow2, tile_steps)
         block_rows = min(rows_pow2, tile_rows * tile_steps // block_time)
-        # one thread per row leaves too few loads in flight below ~8192 rows: split time as well
-        split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < _TIME_MAJOR_MIN_ROW_TILES
+        # too few rows leave too few loads in flight: split time as well
+        split = seq_len > block_time and num_rows < unsplit_rows
     else:
         # rows of up to single_chunk_steps steps are one chunk per program, however few the rows (then
         # nothing is split in time: the time split below would cut such a row into one or two chunks)
