@@ -40,3 +40,30 @@ def test_time_major_tiles_spread_each_rows_steps_over_threads():
     assert (short.block_rows, short.block_time, short.num_warps) == (128, 8, 4)
     retrace = _launch.plan_tiles(16384, 512, True, CPU, heavy=True, time_major_tile=_launch.RETRACE_TIME_MAJOR_TILE)
     assert (retrace.block_rows, retrace.block_time, retrace.num_warps) == (128, 16, 4)
+
+
+def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: int = 600) -> dict:
+    """The compile options and constexprs Retrace's launcher picks (the launch itself is skipped)."""
+    seen = {}
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
+    probs = torch.full((rows, seq_len, num_actions), 1.0 / num_actions)
+    shape = (rows, seq_len)
+    out = [torch.empty(shape), torch.empty(shape)]
+    _launch.retrace(*out, probs, torch.ones(shape), torch.zeros(shape), torch.zeros(rows, seq_len, num_actions),
+                    torch.zeros(shape, dtype=torch.int64), torch.zeros(shape), torch.zeros(shape), torch.zeros(shape),
+                    0.99, 0.95, 1.0, 1.0)
+    return seen
+
+
+def test_retrace_programs_that_walk_chunks(monkeypatch):
+    # up to 4 actions: loading ahead, 128 registers; 17-32 actions: no loading ahead, 128 registers
+    few = retrace_launch_meta(monkeypatch, 4)
+    assert not few["SPLIT"] and few["PREFETCH"] and few["maxnreg"] == 128
+    many = retrace_launch_meta(monkeypatch, 18)
+    assert not many["SPLIT"] and not many["PREFETCH"] and many["maxnreg"] == 128
+    # 8 actions: unmeasured, the compiler's choice; a split: no cap
+    assert "maxnreg" not in retrace_launch_meta(monkeypatch, 8)
+    split = retrace_launch_meta(monkeypatch, 18, rows=2, seq_len=4096)
+    assert split["SPLIT"] and "maxnreg" not in split
+    with _launch.tile_override(prefetch=True):
+        assert retrace_launch_meta(monkeypatch, 18)["PREFETCH"]

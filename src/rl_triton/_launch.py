@@ -571,7 +571,8 @@ def retrace(
             max_registers = _RETRACE_MAX_REGISTERS
         elif group >= _RETRACE_LARGE_GROUP and num_actions <= group:
             max_registers = _RETRACE_MAX_REGISTERS
-            walk_ahead = walk_ahead and _override.prefetch is not None
+            if _override.prefetch is None:
+                walk_ahead = False
     if prefetch is not None:
         walk_ahead = prefetch
     if _override.max_registers is not None:
