@@ -146,6 +146,8 @@ def tile_override(
     """Force tile sizes (powers of two) and whether time is split across programs.
 
     For tests (multi-chunk and look-back paths at small sizes) and tuning; None keeps the heuristic.
+    ``max_registers`` caps registers per thread (0: no cap); ``prefetch=False`` stops programs that
+    walk several chunks from loading the next one ahead.
     """
     global _override
     previous = _override
