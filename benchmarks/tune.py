@@ -144,7 +144,8 @@ def graph_time_ms(fn, sets: list) -> float:
 def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
     ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
-    thread (``r0``: no cap), ``p0`` programs that walk several chunks do not load the next one ahead."""
+    thread (``r0``: no cap), ``p0``/``p1`` programs that walk several chunks do not / do load the next
+    one ahead."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
