@@ -573,8 +573,8 @@ def retrace(
             max_registers = _RETRACE_MAX_REGISTERS
         elif group >= _RETRACE_LARGE_GROUP and num_actions <= group:
             max_registers = _RETRACE_MAX_REGISTERS
-            if _override.prefetch is None:
-                walk_ahead = False
+            # no loading ahead, unless tile_override asks for it
+            walk_ahead = walk_ahead and _override.prefetch is not None
     if prefetch is not None:
         walk_ahead = prefetch
     if _override.max_registers is not None:
