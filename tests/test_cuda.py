@@ -183,6 +183,19 @@ def test_default_plans(gen, estimator, seq_len, dtype):
         assert_rel(got, want, tolerance)
 
 
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("rows", [4100, 8200, 16390])
+def test_time_major_default_plans(gen, estimator, rows):
+    # every default time-major tile, each over several chunks and a ragged last one: 16 x 128 (V-trace
+    # 16 x 64) from 4096 rows, 16 x 64 from 8192, 32 x 32 from 16384; Retrace 128 x 16, split in time
+    # below 8192 rows
+    ro = Rollout(gen, (rows,), 300, device="cuda", num_actions=4)
+    time_major = ro.map(lambda x: x.t().contiguous().t())  # [N, T] views of [T, N] buffers
+    assert _launch._is_time_major(time_major.rewards)
+    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
+        assert_rel(got, want, TOLERANCE[torch.float32])
+
+
 def capture(call):
     """(graph, outputs) of ``call`` captured in a CUDA graph, after a warm-up call on a side stream."""
     stream = torch.cuda.Stream()

@@ -32,14 +32,46 @@ def test_register_cap_override():
         assert _launch.plan_tiles(1, 4096, False, CPU, heavy=False).max_registers == 96
 
 
-def test_time_major_tiles_spread_each_rows_steps_over_threads():
-    plan = _launch.plan_tiles(16384, 512, True, CPU, heavy=False)
-    assert (plan.block_rows, plan.block_time, plan.num_warps, plan.split) == (16, 64, 4, False)
-    assert plan.prefetch and plan.max_registers is None
-    short = _launch.plan_tiles(16384, 8, True, CPU, heavy=True)
-    assert (short.block_rows, short.block_time, short.num_warps) == (128, 8, 4)
+def test_time_major_tiles_follow_the_number_of_programs():
+    def tile(rows, seq_len=4096, heavy=False):
+        plan = _launch.plan_tiles(rows, seq_len, True, CPU, heavy=heavy)
+        assert plan.max_registers is None and not plan.split
+        return plan.block_rows, plan.block_time, plan.num_warps
+
+    # at least 512 programs of 32 rows; of 16 rows; fewer: longer tiles (not for V-trace)
+    assert tile(16384) == tile(16384, heavy=True) == (32, 32, 4)
+    assert tile(8192) == tile(8192, heavy=True) == tile(16383) == (16, 64, 4)
+    assert tile(4096) == (16, 128, 4) and tile(4096, heavy=True) == (16, 64, 4)
+    assert tile(16384, seq_len=8, heavy=True) == (128, 8, 4)
+    assert _launch.plan_tiles(4095, 4096, True, CPU, heavy=False).split
     retrace = _launch.plan_tiles(16384, 512, True, CPU, heavy=True, time_major_tile=_launch.RETRACE_TIME_MAJOR_TILE)
     assert (retrace.block_rows, retrace.block_time, retrace.num_warps) == (128, 16, 4)
+
+
+def test_time_split_chunks_by_kernel(monkeypatch):
+    def split_plan(launcher, *inputs):
+        seen = {}
+        monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
+        launcher(*inputs)
+        assert seen["SPLIT"]
+        return seen["BLOCK_TIME"], seen.get("VEC", 1), seen.get("maxnreg")
+
+    rows, seq_len = 1, 1 << 16
+    x, flags, out = torch.randn(rows, seq_len), torch.zeros(rows, seq_len), torch.empty(rows, seq_len)
+    # eligibility traces and prefix sums: 4096 steps, capped; discounted returns: 4096, uncapped
+    assert split_plan(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (4096, 1, 64)
+    assert split_plan(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (4096, 1, None)
+    # lambda-returns and GAE: 2048, capped
+    assert split_plan(_launch.returns, out, x, x, flags, None, 0.99, 0.95, None) == (2048, 1, 64)
+    assert split_plan(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (2048, 1, 64)
+    # V-trace: one row tile of float32 takes 2048-step chunks in 4-step vectors; several take 512 steps
+    vtrace_args = (out, torch.empty_like(out), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None, x[:, 0])
+    assert split_plan(_launch.vtrace, *vtrace_args) == (2048, 4, 64)
+    two = torch.randn(2, seq_len)
+    assert split_plan(_launch.vtrace, two, torch.empty_like(two), two, two, two, two, torch.zeros_like(two), None,
+                      0.99, 1.0, 1.0, None, two[:, 0]) == (512, 1, 64)
+    double = [t.double() for t in vtrace_args[:6]]
+    assert split_plan(_launch.vtrace, *double, flags, None, 0.99, 1.0, 1.0, None, x[:, 0].double())[:2] == (512, 1)
 
 
 def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: int = 600) -> dict:

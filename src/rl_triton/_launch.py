@@ -39,19 +39,37 @@ GAE_SINGLE_CHUNK_STEPS = 4096
 VTRACE_SINGLE_CHUNK_STEPS = 1024
 _SPLIT_BLOCK_TIME = 2048
 _HEAVY_SPLIT_BLOCK_TIME = 512
+# Time-split chunks of the kernels with the fewest loads per step. Measured on an H200, % of the copy
+# bandwidth at 64x16384 / 8x131072 / 8x2^21 / 1x2^24 (benchmarks/results/h200-2026-11-30-run5-split-*.txt):
+# eligibility traces 27 / 24 / 43 / 29 with 2048 steps -> 27 / 28 / 53 / 40 with 4096; prefix sums
+# 28 / 23 / 42 / 29 -> 28 / 27 / 51 / 39; discounted returns 23 / 19 / 32 / 25 -> 23 / 23 / 33 / 30
+# with 4096 steps and no register cap (18 / 17 / 33 / 32 with the cap of 64). GAE and lambda-returns
+# were slower with 4096 (GAE 29 / 25 / 40 / 31 -> 16 / 16 / 21 / 29) and keep 2048.
+_LIGHT_SPLIT_BLOCK_TIME = 4096
 # short rows are packed so that one warp still holds 128 steps
 _MIN_TILE_ELEMENTS = 128
-# Time-major buffers are read as tiles of (rows, steps), 4 warps each: 16 rows x 64 steps puts 4
-# contiguous rows in each thread (one 16-byte vector), 4 lanes along rows and 8 lanes and the warps
-# along time, so every row's steps are spread over 32 threads and a call runs many more threads than
-# rows. Measured on an H200, % of the copy bandwidth, float32, against 128 rows x 16 steps (one lane
-# per 4 rows, warps along time): GAE 16384x512 48.0 -> 63.8, 4096x4096 48.6 (time split) -> 49.5; V-trace
-# 56.8 -> 62.1, 47.1 (time split) -> 66.1 (benchmarks/results/h200-2026-11-30-run4-time-major-tiles.txt).
-# Below 4096 rows time is split too (1024-2048 rows: GAE 28-34% -> 34-38% with the split; at 4096 rows
-# the split was slower, V-trace 66% -> 47%; -run4-time-major-split.txt). Retrace's per-action tiles
-# keep 128 x 16 and the split below 8192 rows (its actions already give each step several lanes).
-# (rows, steps, fewest rows not split in time)
-TIME_MAJOR_TILE = (16, 64, 4096)
+# Time-major buffers are read as tiles of (rows, steps), 4 warps each, with every row's steps
+# spread over many threads (16 rows x 64 steps: 4 contiguous rows per thread, one 16-byte vector, 4
+# lanes along rows, 8 lanes and the warps along time), so a call runs many more threads than rows.
+# The tile follows the number of programs it makes (measured on an H200, float32, % of the copy
+# bandwidth; benchmarks/results/h200-2026-11-30-run5-time-major-tiles.txt):
+#   - from 16384 rows, 32 x 32 (at least 512 programs, 128 contiguous bytes per step); at 16384x512,
+#     against 16 x 64: GAE 63.8 -> 70.2, V-trace 62.0 -> 69.4, discounted returns 61.6 -> 68.5,
+#     eligibility traces 63.1 -> 68.0, prefix sums 61.1 -> 66.2;
+#   - from 8192 rows, 16 x 64 (32 x 32 would leave 256 programs: GAE 8192x1024 63.9% against 53.5%);
+#   - below 8192 rows (fewer than 512 programs of 16 rows), 16 x 128 for the light kernels, whose
+#     programs then keep more loads in flight; at 4096x4096, against 16 x 64: GAE 50.8 -> 61.5,
+#     discounted returns 56.3 -> 64.1, eligibility traces 55.5 -> 60.2, prefix sums 56.0 -> 64.2;
+#     V-trace keeps 16 x 64 (66.5% against 62.0%).
+# (Round 4 had replaced 128 rows x 16 steps with 16 x 64: GAE 16384x512 48.0 -> 63.8, V-trace
+# 56.8 -> 62.1; -run4-time-major-tiles.txt.) Below 4096 rows time is split too (1024-2048 rows: GAE
+# 28-34% -> 34-38% with the split; at 4096 rows the split was slower, V-trace 66% -> 47%;
+# -run4-time-major-split.txt). Retrace's per-action tiles keep 128 x 16 and the split below 8192
+# rows (its actions already give each step several lanes).
+_TIME_MAJOR_PROGRAMS = 512
+_TIME_MAJOR_TILE_ELEMENTS = 1024
+_TIME_MAJOR_UNSPLIT_ROWS = 4096
+# Retrace's time-major tile: (rows, steps, fewest rows not split in time)
 RETRACE_TIME_MAJOR_TILE = (128, 16, 8192)
 _TIME_MAJOR_WARPS = 4
 _TIME_MAJOR_SPLIT_BLOCK_TIME = 32
@@ -175,7 +193,10 @@ def plan_tiles(
     element_bytes: int | None = None,
     single_chunk_steps: int = _MANY_ROWS_BLOCK_TIME,
     max_warps: int = 8,
-    time_major_tile: tuple[int, int, int] = TIME_MAJOR_TILE,
+    time_major_tile: tuple[int, int, int] | None = None,
+    split_block_time: int | None = None,
+    split_max_registers: int | None = _SPLIT_MAX_REGISTERS,
+    split_vec: int = 1,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -184,10 +205,13 @@ def plan_tiles(
     ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
     load several steps per vector (None: the kernel loads step by step); batch-major rows of up to
     ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps;
-    time-major calls take tiles of ``time_major_tile`` (rows, steps; fewer rows than its third entry split time).
+    time-major calls take tiles of ``time_major_tile`` (rows, steps; fewer rows than its third entry
+    split time; None: by the number of rows). Programs of a time split take chunks of
+    ``split_block_time`` steps (None: 2048, heavy 512), at most ``split_max_registers`` registers per
+    thread (batch-major float32 and float16/bf16) and read ``split_vec`` steps per vector load.
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-            max_warps, time_major_tile)
+            max_warps, time_major_tile, split_block_time, split_max_registers, split_vec)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -196,20 +220,31 @@ def plan_tiles(
 @functools.lru_cache(maxsize=4096)
 def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int],
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int] | None,
+    split_block_time: int | None, split_max_registers: int | None, split_vec: int,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-                 max_warps, time_major_tile)
+                 max_warps, time_major_tile, split_block_time, split_max_registers, split_vec)
+
+
+def _time_major_tile(num_rows: int, heavy: bool) -> tuple[int, int, int]:
+    """(rows, steps, fewest rows not split in time) of a time-major tile, by the programs it makes."""
+    tile_rows = 32 if num_rows >= 32 * _TIME_MAJOR_PROGRAMS else 16
+    tile_steps = _TIME_MAJOR_TILE_ELEMENTS // tile_rows
+    if num_rows < 16 * _TIME_MAJOR_PROGRAMS and not heavy:
+        tile_steps *= 2
+    return tile_rows, tile_steps, _TIME_MAJOR_UNSPLIT_ROWS
 
 
 def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int],
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int] | None,
+    split_block_time: int | None, split_max_registers: int | None, split_vec: int,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
+    tile_rows, tile_steps, unsplit_rows = time_major_tile or _time_major_tile(num_rows, heavy)
     if time_major:
-        tile_rows, tile_steps, unsplit_rows = time_major_tile
         block_time = min(time_pow2, tile_steps)
         block_rows = min(rows_pow2, tile_rows * tile_steps // block_time)
         # too few rows leave too few loads in flight: split time as well
@@ -227,7 +262,9 @@ def _plan(
         block_time = min(time_pow2, _TIME_MAJOR_SPLIT_BLOCK_TIME)
         block_rows = min(rows_pow2, _TIME_MAJOR_SPLIT_BLOCK_ROWS)
     elif split:
-        block_time = min(time_pow2, _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME)
+        if split_block_time is None:
+            split_block_time = _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME
+        block_time = min(time_pow2, split_block_time)
     block_time = _override.block_time or min(block_time, max_block_time)
     block_rows = _override.block_rows or block_rows
     num_row_tiles = triton.cdiv(num_rows, block_rows)
@@ -244,7 +281,7 @@ def _plan(
     float32_vectors = element_bytes == 4 and single_chunk and not heavy
     if time_major:
         elements_per_warp = (_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split
-                             else time_major_tile[0] * time_major_tile[1] // _TIME_MAJOR_WARPS)
+                             else tile_rows * tile_steps // _TIME_MAJOR_WARPS)
     elif vector_loads:
         # two vectors per thread: 1 warp per 512 steps (at 16384x512 on an H200, bf16 GAE 56% -> 67% of
         # the copy bandwidth, V-trace 55% -> 59%, against one vector per thread)
@@ -264,8 +301,11 @@ def _plan(
     vector_loads = vector_loads and block_time >= _MAX_VEC and block_rows * block_time >= 32 * num_warps * _MAX_VEC
     float32_vectors = (float32_vectors and block_time >= _FLOAT32_VEC
                        and block_rows * block_time >= 32 * num_warps * _FLOAT32_VEC)
-    vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors else 1)
-    max_registers = _SPLIT_MAX_REGISTERS if split and not time_major else None
+    split_vectors = (split and not time_major and split_vec > 1 and block_time >= split_vec
+                     and block_rows * block_time >= 32 * num_warps * split_vec)
+    vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors
+                            else split_vec if split_vectors else 1)
+    max_registers = split_max_registers if split and not time_major else None
     if _override.max_registers is not None:
         max_registers = _override.max_registers or None
     walk_ahead = True if _override.prefetch is None else _override.prefetch
@@ -493,8 +533,16 @@ def vtrace(
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
     element_bytes = _element_bytes(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds,
                                    bootstrap_values, targets)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
+    time_major = _is_time_major(rewards)
+    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS)
+    if plan.split and not time_major and plan.num_row_tiles == 1 and element_bytes == 4:
+        # a single row tile (one chain of look-backs) takes 2048-step chunks read in 4-step vectors
+        # instead of 512 steps one by one: on an H200, 1x2^24 374-381 us -> 308-313 us in two runs
+        # (8 rows: 241-245 -> 276 us, so several row tiles keep the default)
+        plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
+                          element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
+                          split_block_time=_SPLIT_BLOCK_TIME, split_vec=_FLOAT32_VEC)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
@@ -613,8 +661,11 @@ def returns(
     num_rows, seq_len = rewards.shape
     dtype = _compute_dtype(rewards, next_values, bootstrap_values)
     element_bytes = _element_bytes(rewards, next_values, terminateds, truncateds, bootstrap_values, out)
+    # discounted returns (one input per step) split time into longer chunks, uncapped
+    discounted = next_values is None
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
-                      element_bytes=element_bytes)
+                      element_bytes=element_bytes, split_block_time=_LIGHT_SPLIT_BLOCK_TIME if discounted else None,
+                      split_max_registers=None if discounted else _SPLIT_MAX_REGISTERS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
@@ -641,7 +692,8 @@ def episodic_scan(
     """Prefix sums (decay 1) and eligibility traces (decay gamma * lambda, reset after the flag)."""
     num_rows, seq_len = inputs.shape
     dtype = _compute_dtype(inputs, seed_values)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False,
+                      split_block_time=_LIGHT_SPLIT_BLOCK_TIME)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, inputs.device)
     _launch(
         episodic_scan_kernel, plan.grid,
