@@ -38,9 +38,9 @@ def test_time_major_tiles_follow_the_number_of_programs():
         assert plan.max_registers is None and not plan.split
         return plan.block_rows, plan.block_time, plan.num_warps
 
-    # at least 512 programs of 32 rows; of 16 rows; fewer: longer tiles (not for V-trace)
-    assert tile(16384) == tile(16384, heavy=True) == (32, 32, 4)
-    assert tile(8192) == tile(8192, heavy=True) == tile(16383) == (16, 64, 4)
+    # at least 512 programs of 32 rows (V-trace: 256); of 16 rows; fewer: longer tiles (not for V-trace)
+    assert tile(16384) == tile(16384, heavy=True) == tile(8192, heavy=True) == (32, 32, 4)
+    assert tile(8192) == tile(16383) == tile(8191, heavy=True) == (16, 64, 4)
     assert tile(4096) == (16, 128, 4) and tile(4096, heavy=True) == (16, 64, 4)
     assert tile(16384, seq_len=8, heavy=True) == (128, 8, 4)
     assert _launch.plan_tiles(4095, 4096, True, CPU, heavy=False).split

@@ -124,15 +124,15 @@ ACTION_TILES = [
 ]
 
 
-def launch_retrace(ro, *, prefetch=None, action_lanes=None, **params):
-    """The Triton launcher called directly, for the plan switches that the public function keeps at their default."""
+def launch_retrace(ro, *, action_lanes=None, **params):
+    """The Triton launcher called directly, for the action lanes that the public function keeps at their default."""
     kwargs = retrace_kwargs(ro, **params)
     targets = torch.empty_like(ro.rewards)
     advantages = torch.empty_like(ro.rewards)
     _launch.retrace(
         targets, advantages, *(kwargs[name] for name in list(kwargs)[:8]),
         kwargs["gamma"], kwargs["lambda_"], kwargs["c_bar"], kwargs["rho_bar"],
-        prefetch=prefetch, action_lanes=action_lanes,
+        action_lanes=action_lanes,
     )
     return targets, advantages
 
@@ -143,8 +143,9 @@ def launch_retrace(ro, *, prefetch=None, action_lanes=None, **params):
 )
 def test_tiles_and_action_groups(num_actions, action_lanes, split, prefetch, make_rollout):
     ro = make_rollout(3, 70, num_actions=num_actions)
-    with _dispatch.use_backend("triton"), _launch.tile_override(block_rows=2, block_time=16, split=split):
-        out = launch_retrace(ro, prefetch=prefetch, action_lanes=action_lanes, c_bar=1.5, rho_bar=2.0)
+    tiles = _launch.tile_override(block_rows=2, block_time=16, split=split, prefetch=prefetch)
+    with _dispatch.use_backend("triton"), tiles:
+        out = launch_retrace(ro, action_lanes=action_lanes, c_bar=1.5, rho_bar=2.0)
     assert_outputs_rel(out, oracle(ro, c_bar=1.5, rho_bar=2.0), TOLERANCE[torch.float32])
 
 

@@ -57,6 +57,8 @@ _MIN_TILE_ELEMENTS = 128
 #     against 16 x 64: GAE 63.8 -> 70.2, V-trace 62.0 -> 69.4, discounted returns 61.6 -> 68.5,
 #     eligibility traces 63.1 -> 68.0, prefix sums 61.1 -> 66.2;
 #   - from 8192 rows, 16 x 64 (32 x 32 would leave 256 programs: GAE 8192x1024 63.9% against 53.5%);
+#     V-trace, five inputs per step, keeps enough loads in flight with 256 programs and takes 32 x 32
+#     from 8192 rows (8192x1024: 63.7 -> 70.6);
 #   - below 8192 rows (fewer than 512 programs of 16 rows), 16 x 128 for the light kernels, whose
 #     programs then keep more loads in flight; at 4096x4096, against 16 x 64: GAE 50.8 -> 61.5,
 #     discounted returns 56.3 -> 64.1, eligibility traces 55.5 -> 60.2, prefix sums 56.0 -> 64.2;
@@ -230,9 +232,10 @@ def _default_plan(
 
 def _time_major_tile(num_rows: int, heavy: bool) -> tuple[int, int, int]:
     """(rows, steps, fewest rows not split in time) of a time-major tile, by the programs it makes."""
-    tile_rows = 32 if num_rows >= 32 * _TIME_MAJOR_PROGRAMS else 16
+    programs = _TIME_MAJOR_PROGRAMS // 2 if heavy else _TIME_MAJOR_PROGRAMS
+    tile_rows = 32 if num_rows >= 32 * programs else 16
     tile_steps = _TIME_MAJOR_TILE_ELEMENTS // tile_rows
-    if num_rows < 16 * _TIME_MAJOR_PROGRAMS and not heavy:
+    if num_rows < 16 * programs and not heavy:
         tile_steps *= 2
     return tile_rows, tile_steps, _TIME_MAJOR_UNSPLIT_ROWS
 
@@ -305,12 +308,17 @@ def _plan(
                      and block_rows * block_time >= 32 * num_warps * split_vec)
     vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors
                             else split_vec if split_vectors else 1)
-    max_registers = split_max_registers if split and not time_major else None
-    if _override.max_registers is not None:
-        max_registers = _override.max_registers or None
+    max_registers = _register_cap(split_max_registers if split and not time_major else None)
     walk_ahead = True if _override.prefetch is None else _override.prefetch
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
                     max_registers, walk_ahead)
+
+
+def _register_cap(default: int | None) -> int | None:
+    """Registers per thread of a plan: ``tile_override``'s cap if it sets one (0: none), else ``default``."""
+    if _override.max_registers is None:
+        return default
+    return _override.max_registers or None
 
 
 def _is_time_major(x: torch.Tensor) -> bool:
@@ -578,9 +586,8 @@ def retrace(
     rho_bar: float,
     *,
     action_lanes: int | None = None,
-    prefetch: bool | None = None,
 ) -> None:
-    """Retrace targets and advantages; ``action_lanes`` and ``prefetch`` override the plan (for tuning)."""
+    """Retrace targets and advantages; ``action_lanes`` overrides the lanes per action group (for tuning)."""
     num_rows, seq_len, num_actions = action_probs_target.shape
     dtype = _compute_dtype(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards)
     # A few neighbouring actions per lane group of a warp (each load touches a few cache lines, each
@@ -623,12 +630,9 @@ def retrace(
             max_registers = _RETRACE_MAX_REGISTERS
             # no loading ahead, unless tile_override asks for it
             walk_ahead = walk_ahead and _override.prefetch is not None
-    if prefetch is not None:
-        walk_ahead = prefetch
-    if _override.max_registers is not None:
-        max_registers = _override.max_registers or None
     plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
-                               num_warps=num_warps, max_registers=max_registers, walk_ahead=walk_ahead)
+                               num_warps=num_warps, max_registers=_register_cap(max_registers),
+                               walk_ahead=walk_ahead)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     if targets.stride() != advantages.stride():
         raise RuntimeError("retrace outputs must share one layout")
