@@ -64,13 +64,15 @@ _MIN_TILE_ELEMENTS = 128
 #     discounted returns 56.3 -> 64.1, eligibility traces 55.5 -> 60.2, prefix sums 56.0 -> 64.2;
 #     V-trace keeps 16 x 64 (66.5% against 62.0%).
 # (Round 4 had replaced 128 rows x 16 steps with 16 x 64: GAE 16384x512 48.0 -> 63.8, V-trace
-# 56.8 -> 62.1; -run4-time-major-tiles.txt.) Below 4096 rows time is split too (1024-2048 rows: GAE
-# 28-34% -> 34-38% with the split; at 4096 rows the split was slower, V-trace 66% -> 47%;
-# -run4-time-major-split.txt). Retrace's per-action tiles keep 128 x 16 and the split below 8192
-# rows (its actions already give each step several lanes).
+# 56.8 -> 62.1; -run4-time-major-tiles.txt.) Below 2048 rows time is split too, in tiles of 64 rows
+# x 32 steps. With 16 x 64 tiles the split had been faster at 1024-2048 rows (GAE 28-34% -> 34-38%);
+# with the tiles above, not splitting 2048 rows is faster or equal (2048x2048: discounted returns
+# 23.4% split -> 41.0%, V-trace 38.6 -> 43.4, GAE 38.7 -> 37.7), while 1024 rows still gain from the
+# split (GAE 19.6 -> 27.7; -run5-time-major-split.txt). Retrace's per-action tiles keep 128 x 16
+# and the split below 8192 rows (its actions already give each step several lanes).
 _TIME_MAJOR_PROGRAMS = 512
 _TIME_MAJOR_TILE_ELEMENTS = 1024
-_TIME_MAJOR_UNSPLIT_ROWS = 4096
+_TIME_MAJOR_UNSPLIT_ROWS = 2048
 # Retrace's time-major tile: (rows, steps, fewest rows not split in time)
 RETRACE_TIME_MAJOR_TILE = (128, 16, 8192)
 _TIME_MAJOR_WARPS = 4
