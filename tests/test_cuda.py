@@ -187,7 +187,8 @@ def test_default_plans(gen, estimator, seq_len, dtype):
 @pytest.mark.parametrize("rows", [2050, 8200, 16390])
 def test_time_major_default_plans(gen, estimator, rows):
     # every default time-major tile, each over several chunks and a ragged last one: 16 x 128 (V-trace
-    # 16 x 64) from 2048 rows, 16 x 64 (V-trace 32 x 32) from 8192, 32 x 32 from 16384; Retrace
+    # 16 x 64) from 2048 rows, 16 x 64 (V-trace 32 x 32) from 8192, 32 x 32 (V-trace 32 x 16, 2 warps)
+    # from 16384; Retrace
     # 128 x 16, split in time below 8192 rows
     ro = Rollout(gen, (rows,), 300, device="cuda", num_actions=4)
     time_major = ro.map(lambda x: x.t().contiguous().t())  # [N, T] views of [T, N] buffers

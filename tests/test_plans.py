@@ -39,10 +39,12 @@ def test_time_major_tiles_follow_the_number_of_programs():
         return plan.block_rows, plan.block_time, plan.num_warps
 
     # at least 512 programs of 32 rows (V-trace: 256); of 16 rows; fewer: longer tiles (not for V-trace)
-    assert tile(16384) == tile(16384, heavy=True) == tile(8192, heavy=True) == (32, 32, 4)
+    assert tile(16384) == tile(8192, heavy=True) == (32, 32, 4)
+    # V-trace from 16384 rows: half tiles, 2 warps
+    assert tile(16384, heavy=True) == (32, 16, 2)
     assert tile(8192) == tile(16383) == tile(8191, heavy=True) == (16, 64, 4)
     assert tile(4096) == (16, 128, 4) and tile(4096, heavy=True) == (16, 64, 4)
-    assert tile(16384, seq_len=8, heavy=True) == (128, 8, 4)
+    assert tile(16384, seq_len=8) == (128, 8, 4) and tile(16384, seq_len=8, heavy=True) == (64, 8, 2)
     assert tile(2048) == (16, 128, 4) and _launch.plan_tiles(2047, 4096, True, CPU, heavy=False).split
     retrace = _launch.plan_tiles(16384, 512, True, CPU, heavy=True, time_major_tile=_launch.RETRACE_TIME_MAJOR_TILE)
     assert (retrace.block_rows, retrace.block_time, retrace.num_warps) == (128, 16, 4)

@@ -58,7 +58,8 @@ _MIN_TILE_ELEMENTS = 128
 #     eligibility traces 63.1 -> 68.0, prefix sums 61.1 -> 66.2;
 #   - from 8192 rows, 16 x 64 (32 x 32 would leave 256 programs: GAE 8192x1024 63.9% against 53.5%);
 #     V-trace, five inputs per step, keeps enough loads in flight with 256 programs and takes 32 x 32
-#     from 8192 rows (8192x1024: 63.7 -> 70.6);
+#     from 8192 rows (8192x1024: 63.7 -> 70.6), and from 16384 rows half tiles, 32 x 16 with 2 warps
+#     (16384x512: 66.7-67.0 -> 77.4; -run5-time-major-warps.txt);
 #   - below 8192 rows (fewer than 512 programs of 16 rows), 16 x 128 for the light kernels, whose
 #     programs then keep more loads in flight; at 4096x4096, against 16 x 64: GAE 50.8 -> 61.5,
 #     discounted returns 56.3 -> 64.1, eligibility traces 55.5 -> 60.2, prefix sums 56.0 -> 64.2;
@@ -73,8 +74,8 @@ _MIN_TILE_ELEMENTS = 128
 _TIME_MAJOR_PROGRAMS = 512
 _TIME_MAJOR_TILE_ELEMENTS = 1024
 _TIME_MAJOR_UNSPLIT_ROWS = 2048
-# Retrace's time-major tile: (rows, steps, fewest rows not split in time)
-RETRACE_TIME_MAJOR_TILE = (128, 16, 8192)
+# Retrace's time-major tile: (rows, steps, fewest rows not split in time, warps)
+RETRACE_TIME_MAJOR_TILE = (128, 16, 8192, 4)
 _TIME_MAJOR_WARPS = 4
 _TIME_MAJOR_SPLIT_BLOCK_TIME = 32
 _TIME_MAJOR_SPLIT_BLOCK_ROWS = 64
@@ -197,7 +198,7 @@ def plan_tiles(
     element_bytes: int | None = None,
     single_chunk_steps: int = _MANY_ROWS_BLOCK_TIME,
     max_warps: int = 8,
-    time_major_tile: tuple[int, int, int] | None = None,
+    time_major_tile: tuple[int, int, int, int] | None = None,
     split_block_time: int | None = None,
     split_max_registers: int | None = _SPLIT_MAX_REGISTERS,
     split_vec: int = 1,
@@ -209,8 +210,8 @@ def plan_tiles(
     ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
     load several steps per vector (None: the kernel loads step by step); batch-major rows of up to
     ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps;
-    time-major calls take tiles of ``time_major_tile`` (rows, steps; fewer rows than its third entry
-    split time; None: by the number of rows). Programs of a time split take chunks of
+    time-major calls take tiles of ``time_major_tile`` (rows, steps, fewest rows not split in time,
+    warps; None: by the number of rows). Programs of a time split take chunks of
     ``split_block_time`` steps (None: 2048, heavy 512), at most ``split_max_registers`` registers per
     thread (batch-major float32 and float16/bf16) and read ``split_vec`` steps per vector load.
     """
@@ -224,7 +225,8 @@ def plan_tiles(
 @functools.lru_cache(maxsize=4096)
 def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int] | None,
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int,
+    time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, split_vec: int,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
@@ -232,23 +234,26 @@ def _default_plan(
                  max_warps, time_major_tile, split_block_time, split_max_registers, split_vec)
 
 
-def _time_major_tile(num_rows: int, heavy: bool) -> tuple[int, int, int]:
-    """(rows, steps, fewest rows not split in time) of a time-major tile, by the programs it makes."""
+def _time_major_tile(num_rows: int, heavy: bool) -> tuple[int, int, int, int]:
+    """(rows, steps, fewest rows not split in time, warps) of a time-major tile, by the programs it makes."""
+    if heavy and num_rows >= 32 * _TIME_MAJOR_PROGRAMS:
+        return 32, _TIME_MAJOR_TILE_ELEMENTS // 64, _TIME_MAJOR_UNSPLIT_ROWS, _TIME_MAJOR_WARPS // 2
     programs = _TIME_MAJOR_PROGRAMS // 2 if heavy else _TIME_MAJOR_PROGRAMS
     tile_rows = 32 if num_rows >= 32 * programs else 16
     tile_steps = _TIME_MAJOR_TILE_ELEMENTS // tile_rows
     if num_rows < 16 * programs and not heavy:
         tile_steps *= 2
-    return tile_rows, tile_steps, _TIME_MAJOR_UNSPLIT_ROWS
+    return tile_rows, tile_steps, _TIME_MAJOR_UNSPLIT_ROWS, _TIME_MAJOR_WARPS
 
 
 def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
-    element_bytes: int | None, single_chunk_steps: int, max_warps: int, time_major_tile: tuple[int, int, int] | None,
+    element_bytes: int | None, single_chunk_steps: int, max_warps: int,
+    time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, split_vec: int,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
-    tile_rows, tile_steps, unsplit_rows = time_major_tile or _time_major_tile(num_rows, heavy)
+    tile_rows, tile_steps, unsplit_rows, tile_warps = time_major_tile or _time_major_tile(num_rows, heavy)
     if time_major:
         block_time = min(time_pow2, tile_steps)
         block_rows = min(rows_pow2, tile_rows * tile_steps // block_time)
@@ -286,7 +291,7 @@ def _plan(
     float32_vectors = element_bytes == 4 and single_chunk and not heavy
     if time_major:
         elements_per_warp = (_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split
-                             else tile_rows * tile_steps // _TIME_MAJOR_WARPS)
+                             else tile_rows * tile_steps // tile_warps)
     elif vector_loads:
         # two vectors per thread: 1 warp per 512 steps (at 16384x512 on an H200, bf16 GAE 56% -> 67% of
         # the copy bandwidth, V-trace 55% -> 59%, against one vector per thread)
