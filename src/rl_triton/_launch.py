@@ -59,7 +59,8 @@ _MIN_TILE_ELEMENTS = 128
 #   - from 8192 rows, 16 x 64 (32 x 32 would leave 256 programs: GAE 8192x1024 63.9% against 53.5%);
 #     V-trace, five inputs per step, keeps enough loads in flight with 256 programs and takes 32 x 32
 #     from 8192 rows (8192x1024: 63.7 -> 70.6), and from 16384 rows half tiles, 32 x 16 with 2 warps
-#     (16384x512: 66.7-67.0 -> 77.4; -run5-time-major-warps.txt);
+#     (16384x512: 66.7-69.3 -> 77.3-77.4, 32768x256: 68.0 -> 72.7-73.3; -run5-time-major-warps.txt,
+#     -run5-vtrace-time-major-ab.txt);
 #   - below 8192 rows (fewer than 512 programs of 16 rows), 16 x 128 for the light kernels, whose
 #     programs then keep more loads in flight; at 4096x4096, against 16 x 64: GAE 50.8 -> 61.5,
 #     discounted returns 56.3 -> 64.1, eligibility traces 55.5 -> 60.2, prefix sums 56.0 -> 64.2;
