@@ -202,7 +202,7 @@ def plan_tiles(
     time_major_tile: tuple[int, int, int, int] | None = None,
     split_block_time: int | None = None,
     split_max_registers: int | None = _SPLIT_MAX_REGISTERS,
-    split_vec: int = 1,
+    one_row_tile_split: tuple[int, int] | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -213,11 +213,12 @@ def plan_tiles(
     ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps;
     time-major calls take tiles of ``time_major_tile`` (rows, steps, fewest rows not split in time,
     warps; None: by the number of rows). Programs of a time split take chunks of
-    ``split_block_time`` steps (None: 2048, heavy 512), at most ``split_max_registers`` registers per
-    thread (batch-major float32 and float16/bf16) and read ``split_vec`` steps per vector load.
+    ``split_block_time`` steps (None: 2048, heavy 512) and at most ``split_max_registers`` registers
+    per thread (batch-major float32 and float16/bf16); when all rows fit one row tile, a batch-major
+    split takes ``one_row_tile_split`` (chunk steps, steps per vector load) instead, if given.
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-            max_warps, time_major_tile, split_block_time, split_max_registers, split_vec)
+            max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -228,17 +229,18 @@ def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
-    split_block_time: int | None, split_max_registers: int | None, split_vec: int,
+    split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: tuple[int, int] | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-                 max_warps, time_major_tile, split_block_time, split_max_registers, split_vec)
+                 max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split)
 
 
 def _time_major_tile(num_rows: int, heavy: bool) -> tuple[int, int, int, int]:
     """(rows, steps, fewest rows not split in time, warps) of a time-major tile, by the programs it makes."""
     if heavy and num_rows >= 32 * _TIME_MAJOR_PROGRAMS:
-        return 32, _TIME_MAJOR_TILE_ELEMENTS // 64, _TIME_MAJOR_UNSPLIT_ROWS, _TIME_MAJOR_WARPS // 2
+        # V-trace from 16384 rows: half tiles, half the warps
+        return 32, 16, _TIME_MAJOR_UNSPLIT_ROWS, 2
     programs = _TIME_MAJOR_PROGRAMS // 2 if heavy else _TIME_MAJOR_PROGRAMS
     tile_rows = 32 if num_rows >= 32 * programs else 16
     tile_steps = _TIME_MAJOR_TILE_ELEMENTS // tile_rows
@@ -251,11 +253,12 @@ def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
-    split_block_time: int | None, split_max_registers: int | None, split_vec: int,
+    split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: tuple[int, int] | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
-    tile_rows, tile_steps, unsplit_rows, tile_warps = time_major_tile or _time_major_tile(num_rows, heavy)
+    split_vec = 1
     if time_major:
+        tile_rows, tile_steps, unsplit_rows, tile_warps = time_major_tile or _time_major_tile(num_rows, heavy)
         block_time = min(time_pow2, tile_steps)
         block_rows = min(rows_pow2, tile_rows * tile_steps // block_time)
         # too few rows leave too few loads in flight: split time as well
@@ -275,6 +278,8 @@ def _plan(
     elif split:
         if split_block_time is None:
             split_block_time = _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME
+        if one_row_tile_split is not None and triton.cdiv(num_rows, _override.block_rows or block_rows) == 1:
+            split_block_time, split_vec = one_row_tile_split
         block_time = min(time_pow2, split_block_time)
     block_time = _override.block_time or min(block_time, max_block_time)
     block_rows = _override.block_rows or block_rows
@@ -312,7 +317,7 @@ def _plan(
     vector_loads = vector_loads and block_time >= _MAX_VEC and block_rows * block_time >= 32 * num_warps * _MAX_VEC
     float32_vectors = (float32_vectors and block_time >= _FLOAT32_VEC
                        and block_rows * block_time >= 32 * num_warps * _FLOAT32_VEC)
-    split_vectors = (split and not time_major and split_vec > 1 and block_time >= split_vec
+    split_vectors = (split and split_vec > 1 and block_time >= split_vec
                      and block_rows * block_time >= 32 * num_warps * split_vec)
     vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors
                             else split_vec if split_vectors else 1)
@@ -549,16 +554,12 @@ def vtrace(
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
     element_bytes = _element_bytes(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds,
                                    bootstrap_values, targets)
-    time_major = _is_time_major(rewards)
-    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
-                      element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS)
-    if plan.split and not time_major and plan.num_row_tiles == 1 and element_bytes == 4:
-        # a single row tile (one chain of look-backs) takes 2048-step chunks read in 4-step vectors
-        # instead of 512 steps one by one: on an H200, 1x2^24 374-381 us -> 308-313 us in two runs
-        # (8 rows: 241-245 -> 276 us, so several row tiles keep the default)
-        plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
-                          element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
-                          split_block_time=_SPLIT_BLOCK_TIME, split_vec=_FLOAT32_VEC)
+    # a float32 split over a single row tile (one chain of look-backs) takes 2048-step chunks read in
+    # 4-step vectors instead of 512 steps one by one: on an H200, 1x2^24 374-381 us -> 308-313 us in
+    # two runs (8 rows: 241-245 -> 276 us, so several row tiles keep the default)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
+                      element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
+                      one_row_tile_split=(_SPLIT_BLOCK_TIME, _FLOAT32_VEC) if element_bytes == 4 else None)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
