@@ -145,7 +145,8 @@ def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
     ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
     thread (``r0``: no cap), ``p0``/``p1`` programs that walk several chunks do not / do load the next
-    one ahead."""
+    one ahead, ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
+    chunk per program)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
@@ -161,6 +162,8 @@ def plan_override(plan: str) -> dict:
             kw["max_registers"] = int(token[1:])
         elif token in ("p0", "p1"):
             kw["prefetch"] = token == "p1"
+        elif token.startswith("m"):
+            kw["walk_programs"] = int(token[1:])
     return kw
 
 

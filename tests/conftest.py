@@ -81,6 +81,13 @@ TILE_CASES = [
     # look-back windows of 4 and 2 chunks
     pytest.param({"block_rows": 2, "block_time": 16, "split": True, "window": 4}, 3, 200, id="r2t16w4-split-3x200"),
     pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 2}, 1, 200, id="r1t16w2-split-1x200"),
+    # walked segments (GAE, V-trace, returns, episodic scans; others split one chunk per program):
+    # 4 segments of 16 chunks (the last 15); 2 row tiles of 2 segments (7 and 6 chunks); 8 segments
+    # of 4 chunks per row looked back over in windows of 2
+    pytest.param({"block_rows": 1, "block_time": 16, "split": True, "walk_programs": 1}, 1, 1000, id="r1t16m1-walk-1x1000"),
+    pytest.param({"block_rows": 2, "block_time": 16, "split": True, "walk_programs": 1}, 3, 200, id="r2t16m1-walk-3x200"),
+    pytest.param({"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 2, "window": 2}, 2, 250,
+                 id="r1t8m2w2-walk-2x250"),
 ]
 if HAS_CUDA:
     # look-backs past one window, which only concurrent programs reach (the interpreter runs
@@ -90,6 +97,10 @@ if HAS_CUDA:
         pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 32}, 1, 513, id="r1t16-split-1x513"),
         pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 2}, 2, 4100, id="r1t16w2-split-2x4100"),
         pytest.param({"block_rows": 2, "block_time": 16, "split": True, "window": 4}, 3, 4100, id="r2t16w4-split-3x4100"),
+        # walked segments looked back over while their predecessors still walk: 66 segments per row
+        # on 132 multiprocessors, windows of 4
+        pytest.param({"block_rows": 1, "block_time": 16, "split": True, "walk_programs": 1, "window": 4}, 2, 4100,
+                     id="r1t16m1w4-walk-2x4100"),
     ]
 
 

@@ -97,6 +97,28 @@ _LOOKBACK_WINDOW = 32
 # compiler's choice.
 _SPLIT_MAX_REGISTERS = 64
 _SPLIT_MAX_WARPS = 8
+# Walked segments (the time split of kernels that support it): each program walks a segment of
+# several chunks from a zero carry, then looks back once for the segment's carry and redoes the
+# segment's first chunks with it until the carry out matches (after a reset, or once the decay has
+# rounded it away). The segments are sized so that every program is resident at once (so no program
+# waits on one that has not started); kernels give (chunk steps, programs per multiprocessor), the
+# most that fit their registers. Rows too short for segments of 8 chunks keep one chunk per
+# program: at 64x16384 and 8x131072 (4 chunks per segment) walking was slower on an H200 (GAE
+# 24.2% against 27.1% of the copy bandwidth, V-trace 23.7% against 36.7%).
+_WALK_MIN_SEGMENT_CHUNKS = 8
+_WALK_WARPS = 4
+# Measured on an H200, % of the copy bandwidth at 8x2^21 / 1x2^24 / 2x2^23, against one chunk per
+# program (benchmarks/results/h200-2026-12-01-walk-*.txt): GAE 57 / 52 / 56 with 1024-step chunks and 4
+# programs per multiprocessor (512-step chunks: 49 / 46 / 48); GAE with truncations and bootstrap
+# values (more registers) 54 / 63 / 56 with 3 (4: 39 / 67 / 40); discounted returns 51 / 52 / 51;
+# lambda-returns 76 / 79 / 73 with 512-step chunks; eligibility traces and prefix sums 73 / 67 / 70
+# with 512-step chunks and 8 programs; V-trace 55 / 61 / 57 with 512-step chunks and 3 (4: 38 / 67 / 40).
+_GAE_WALK = (1024, 4)
+_GAE_BOOTSTRAP_WALK = (1024, 3)
+_DISCOUNTED_WALK = (1024, 4)
+_LAMBDA_WALK = (512, 4)
+_EPISODIC_WALK = (512, 8)
+_VTRACE_WALK = (512, 3)
 # Float32 Retrace programs that walk their chunks, 4 warps each. Up to 4 actions per group they take
 # ~156 registers per thread; 128 (no spills) fits 4 programs per multiprocessor instead of 3
 # (measured on an H200, 4 actions, device us, uncapped -> capped: 16384x512 264 -> 243, 4096x1024
@@ -127,15 +149,27 @@ class TilePlan:
     max_registers: int | None = None
     # whether programs that walk several chunks load each next chunk ahead
     walk_ahead: bool = True
+    # chunks per program of a time split (more than one: walked segments)
+    segment_chunks: int = 1
+
+    @property
+    def walk(self) -> bool:
+        """Whether a time split hands each program a segment of several chunks to walk."""
+        return self.split and self.segment_chunks > 1
+
+    @property
+    def num_segments(self) -> int:
+        """Segments per row tile: one per program of a split, one per row tile otherwise."""
+        return triton.cdiv(self.num_chunks, self.segment_chunks) if self.split else 1
 
     @property
     def prefetch(self) -> bool:
         """Whether a program walks several chunks and so loads each next chunk ahead."""
-        return self.walk_ahead and not self.split and self.num_chunks > 1
+        return self.walk_ahead and self.num_chunks > 1 and (self.walk or not self.split)
 
     @property
     def grid(self) -> tuple[int]:
-        return (self.num_row_tiles * self.num_chunks if self.split else self.num_row_tiles,)
+        return (self.num_row_tiles * self.num_segments,)
 
 
 @dataclasses.dataclass
@@ -149,6 +183,7 @@ class _Override:
     vec: int | None = None
     max_registers: int | None = None
     prefetch: bool | None = None
+    walk_programs: int | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -166,16 +201,19 @@ def tile_override(
     vec: int | None = None,
     max_registers: int | None = None,
     prefetch: bool | None = None,
+    walk_programs: int | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
     For tests (multi-chunk and look-back paths at small sizes) and tuning; None keeps the heuristic.
     ``max_registers`` caps registers per thread (0: no cap); ``prefetch=False`` stops programs that
-    walk several chunks from loading the next one ahead.
+    walk several chunks from loading the next one ahead; ``walk_programs``: a split of a kernel that
+    walks segments makes about this many programs per multiprocessor (0: one chunk per program).
     """
     global _override
     previous = _override
-    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch)
+    _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
+                          walk_programs)
     try:
         yield
     finally:
@@ -203,6 +241,7 @@ def plan_tiles(
     split_block_time: int | None = None,
     split_max_registers: int | None = _SPLIT_MAX_REGISTERS,
     one_row_tile_split: tuple[int, int] | None = None,
+    walk_split: tuple[int, int] | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -216,9 +255,11 @@ def plan_tiles(
     ``split_block_time`` steps (None: 2048, heavy 512) and at most ``split_max_registers`` registers
     per thread (batch-major float32 and float16/bf16); when all rows fit one row tile, a batch-major
     split takes ``one_row_tile_split`` (chunk steps, steps per vector load) instead, if given.
+    ``walk_split``: (chunk steps, programs per multiprocessor) of walked segments, for kernels that can
+    walk a segment of several chunks per program of a batch-major split.
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-            max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split)
+            max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -230,10 +271,11 @@ def _default_plan(
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: tuple[int, int] | None,
+    walk_split: tuple[int, int] | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-                 max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split)
+                 max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split)
 
 
 def _time_major_tile(num_rows: int, heavy: bool) -> tuple[int, int, int, int]:
@@ -254,9 +296,14 @@ def _plan(
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: tuple[int, int] | None,
+    walk_split: tuple[int, int] | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     split_vec = 1
+    walk_block_time, walk_programs = walk_split or (0, 0)
+    if _override.walk_programs is not None:
+        walk_programs = _override.walk_programs
+    segment_chunks = 1
     if time_major:
         tile_rows, tile_steps, unsplit_rows, tile_warps = time_major_tile or _time_major_tile(num_rows, heavy)
         block_time = min(time_pow2, tile_steps)
@@ -275,7 +322,15 @@ def _plan(
     if split and time_major:
         block_time = min(time_pow2, _TIME_MAJOR_SPLIT_BLOCK_TIME)
         block_rows = min(rows_pow2, _TIME_MAJOR_SPLIT_BLOCK_ROWS)
-    elif split:
+    elif split and walk_split is not None and walk_programs:
+        # walked segments, if the rows are long enough for segments of several chunks
+        block_time = _override.block_time or min(time_pow2, walk_block_time)
+        row_tiles = triton.cdiv(num_rows, _override.block_rows or block_rows)
+        segments = max(1, walk_programs * _multiprocessors(device) // row_tiles)
+        segment_chunks = triton.cdiv(triton.cdiv(seq_len, block_time), segments)
+        if segment_chunks < _WALK_MIN_SEGMENT_CHUNKS and _override.walk_programs is None:
+            segment_chunks = 1
+    if split and not time_major and segment_chunks == 1:
         if split_block_time is None:
             split_block_time = _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME
         if one_row_tile_split is not None and triton.cdiv(num_rows, _override.block_rows or block_rows) == 1:
@@ -286,6 +341,8 @@ def _plan(
     num_row_tiles = triton.cdiv(num_rows, block_rows)
     num_chunks = triton.cdiv(seq_len, block_time)
     split = split and num_chunks > 1
+    if not split:
+        segment_chunks = 1
     # one chunk per program, read in vectors of 8 narrow steps per thread (measured: bf16 GAE 40% -> 58%
     # of the copy bandwidth at 16384x512; with several chunks per program or a split, vector loads were
     # 2-7x slower, so those read step by step)
@@ -306,7 +363,9 @@ def _plan(
         # 4 warps per 512 steps: at 16384x512, lambda-returns 66% -> 91% of the copy bandwidth and
         # GAE with truncations 70% -> 87% against 2 warps (GAE without them equal)
         elements_per_warp = 128
-    if split:
+    if split and segment_chunks > 1:
+        max_warps = min(max_warps, _WALK_WARPS)
+    elif split:
         # more warps are for single chunks of many loads per step (GAE with truncations: 1x2^24 took
         # 316 us with 16 warps against 219 with 8 on an H200)
         max_warps = min(max_warps, _SPLIT_MAX_WARPS)
@@ -321,10 +380,10 @@ def _plan(
                      and block_rows * block_time >= 32 * num_warps * split_vec)
     vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors
                             else split_vec if split_vectors else 1)
-    max_registers = _register_cap(split_max_registers if split and not time_major else None)
+    max_registers = _register_cap(split_max_registers if split and not time_major and segment_chunks == 1 else None)
     walk_ahead = True if _override.prefetch is None else _override.prefetch
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, walk_ahead)
+                    max_registers, walk_ahead, segment_chunks)
 
 
 def _register_cap(default: int | None) -> int | None:
@@ -354,7 +413,7 @@ def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device
     if not plan.split:
         dummy = _placeholder(device)
         return dummy, dummy, dummy, dummy
-    slots = plan.num_row_tiles * plan.num_chunks
+    slots = plan.num_row_tiles * plan.num_segments
     flags = torch.zeros(slots + 1, dtype=torch.int32, device=device)
     values = torch.empty(3 * slots * plan.block_rows, dtype=dtype, device=device)
     return flags[:slots], values[: 2 * slots * plan.block_rows], values[2 * slots * plan.block_rows :], flags[slots:]
@@ -487,7 +546,8 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
         kernel[grid](*args, **meta)
 
 
-def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:
+def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:
+    """Compile-time arguments of a plan; ``walk``: the kernel takes WALK (it can walk segments)."""
     meta = {
         "SPLIT": plan.split,
         "BLOCK_ROWS": plan.block_rows,
@@ -499,6 +559,8 @@ def _meta(plan: TilePlan, dtype: torch.dtype) -> dict:
     }
     if plan.max_registers is not None and (dtype != torch.float64 or _override.max_registers):
         meta["maxnreg"] = plan.max_registers
+    if walk:
+        meta["WALK"] = plan.walk
     return meta
 
 
@@ -519,19 +581,19 @@ def gae(
     heavier = truncateds is not None or bootstrap_values is not None
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
-                      max_warps=16 if heavier else 8)
+                      max_warps=16 if heavier else 8, walk_split=_GAE_BOOTSTRAP_WALK if heavier else _GAE_WALK)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
         gae_kernel, plan.grid,
         rewards, values, terminateds, truncateds, bootstrap, advantages,
         status, aggregates, prefixes, counter,
-        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
+        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *rewards.stride(), *values.stride(), *terminateds.stride(), *_strides(truncateds),
         *boot_strides, *advantages.stride(),
         *map(_float_arg, (gamma, lambda_)),
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype),
+        **_meta(plan, dtype, walk=True),
     )
 
 
@@ -559,7 +621,8 @@ def vtrace(
     # two runs (8 rows: 241-245 -> 276 us, so several row tiles keep the default)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
-                      one_row_tile_split=(_SPLIT_BLOCK_TIME, _FLOAT32_VEC) if element_bytes == 4 else None)
+                      one_row_tile_split=(_SPLIT_BLOCK_TIME, _FLOAT32_VEC) if element_bytes == 4 else None,
+                      walk_split=_VTRACE_WALK)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
@@ -569,12 +632,12 @@ def vtrace(
         log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds, bootstrap,
         targets, advantages,
         status, aggregates, prefixes, counter,
-        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
+        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *log_pi_target.stride(), *log_pi_behavior.stride(), *values.stride(), *rewards.stride(),
         *terminateds.stride(), *_strides(truncateds), *boot_strides, *targets.stride(),
         *map(_float_arg, (gamma, rho_bar, c_bar)),
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype),
+        **_meta(plan, dtype, walk=True),
     )
 
 
@@ -678,19 +741,20 @@ def returns(
     discounted = next_values is None
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, split_block_time=_LIGHT_SPLIT_BLOCK_TIME if discounted else None,
-                      split_max_registers=None if discounted else _SPLIT_MAX_REGISTERS)
+                      split_max_registers=None if discounted else _SPLIT_MAX_REGISTERS,
+                      walk_split=_DISCOUNTED_WALK if discounted else _LAMBDA_WALK)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
         rewards, next_values, terminateds, truncateds, bootstrap_values, out,
         status, aggregates, prefixes, counter,
-        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
+        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *rewards.stride(), *_strides(next_values), *terminateds.stride(), *_strides(truncateds),
         *_strides(bootstrap_values), *out.stride(),
         *map(_float_arg, (gamma, lambda_)),
         HAS_NEXT_VALUES=next_values is not None, HAS_TRUNCATED=truncateds is not None,
         HAS_BOOTSTRAP=bootstrap_values is not None, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype),
+        **_meta(plan, dtype, walk=True),
     )
 
 
@@ -706,17 +770,17 @@ def episodic_scan(
     num_rows, seq_len = inputs.shape
     dtype = _compute_dtype(inputs, seed_values)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False,
-                      split_block_time=_LIGHT_SPLIT_BLOCK_TIME)
+                      split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, inputs.device)
     _launch(
         episodic_scan_kernel, plan.grid,
         inputs, dones, seed_values, out,
         status, aggregates, prefixes, counter,
-        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
+        num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
         HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, PREFETCH=plan.prefetch,
-        **_meta(plan, dtype),
+        **_meta(plan, dtype, walk=True),
     )
 
 

@@ -9,14 +9,16 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
+    carries_differ,
     chunk_carry,
     chunk_window,
-    claim_work,
+    claim_segment,
     last_column,
     load_chunk,
     scan,
     store_tile,
     tile_rows,
+    walk_lookback,
 )
 
 
@@ -35,40 +37,77 @@ def episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_
 
 
 @triton.jit
+def episodic_chunk(inputs, reset, mask, carry, step_decay, out_ptr, status_ptr, aggregate_ptr, prefix_ptr, row_tile,
+                   order, num_chunks, rows, s_out_row, s_out_time, steps, LOOKBACK: tl.constexpr,
+                   BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr):
+    """Outputs of one chunk from its inputs and the carry into it (LOOKBACK: the carry comes from the
+    look-back instead). Returns the chunk's map (a, b): carry out = a + b * carry in, and the carry in."""
+    scan_a, scan_b = scan(tl.where(mask, inputs, 0.0), tl.where(mask, step_decay * (1.0 - reset), 1.0))
+    chunk_a, chunk_b = last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME)
+    if LOOKBACK:
+        carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, chunk_a, chunk_b,
+                            carry, BLOCK_ROWS, WINDOW)
+    store_tile(out_ptr, rows, s_out_row, steps, s_out_time, scan_a + scan_b * carry[:, None], mask)
+    return chunk_a, chunk_b, carry
+
+
+@triton.jit
 def episodic_scan_kernel(
     inputs_ptr, dones_ptr, seed_ptr, out_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
-    num_rows, seq_len, num_chunks, num_row_tiles,
+    num_rows, seq_len, num_chunks, num_row_tiles, segment_chunks,
     s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_seed_row, s_out_row, s_out_time,
     decay: tl.float64,
-    HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+    HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
+    PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
+    DTYPE: tl.constexpr,
 ):
-    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
+    end = first + my_chunks
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     step_decay = tl.cast(decay, DTYPE)
+    # x[-1] = seed; a walked segment other than the first in time starts from zero
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_SEED:
-        carry = tl.load(seed_ptr + rows * s_seed_row, mask=row_ok, other=0.0).to(DTYPE)
-    chunk, steps, mask = chunk_window(order, num_chunks, seq_len, row_ok, BLOCK_TIME, False)
+        carry = tl.load(seed_ptr + rows * s_seed_row, mask=row_ok & (order == 0), other=0.0).to(DTYPE)
+    walk_decay = tl.full([BLOCK_ROWS], 1, DTYPE)
+    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, False)
     inputs, reset = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
                                           s_dones_time, rows, row_ok, chunk, seq_len, RESET_AFTER_FLAG, DTYPE,
                                           BLOCK_ROWS, BLOCK_TIME)
     for i in range(my_chunks):
         if PREFETCH:
-            next_chunk, next_steps, next_mask = chunk_window(order + i + 1, num_chunks, seq_len, row_ok,
-                                                             BLOCK_TIME, False)
+            next_chunk, next_steps, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok,
+                                                             BLOCK_TIME, False, end)
             next_inputs = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
                                                 s_dones_time, rows, row_ok, next_chunk, seq_len, RESET_AFTER_FLAG,
                                                 DTYPE, BLOCK_ROWS, BLOCK_TIME)
-        scan_a, scan_b = scan(tl.where(mask, inputs, 0.0), tl.where(mask, step_decay * (1.0 - reset), 1.0))
-        if SPLIT:
-            carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
-                                last_column(scan_a, BLOCK_TIME),
-                                last_column(scan_b, BLOCK_TIME), carry, BLOCK_ROWS, WINDOW)
-        out = scan_a + scan_b * carry[:, None]
-        store_tile(out_ptr, rows, s_out_row, steps, s_out_time, out, mask)
-        carry = last_column(out, BLOCK_TIME)
+        chunk_a, chunk_b, carry = episodic_chunk(inputs, reset, mask, carry, step_decay, out_ptr, status_ptr,
+                                                 aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, rows,
+                                                 s_out_row, s_out_time, steps, SPLIT and not WALK, BLOCK_ROWS,
+                                                 BLOCK_TIME, WINDOW)
+        carry = chunk_a + chunk_b * carry
+        walk_decay *= chunk_b
         if PREFETCH:
             inputs, reset = next_inputs
             chunk, steps, mask = next_chunk, next_steps, next_mask
+    if WALK:
+        # redo the segment's first chunks with the true carry until their carry out is the one the walk used
+        carry = walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
+                              carry, walk_decay, BLOCK_ROWS, WINDOW)
+        walked_carry = tl.zeros_like(carry)
+        position = first
+        pending = carries_differ(carry, walked_carry)
+        while pending:
+            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, False)
+            inputs, reset = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
+                                                  s_dones_time, rows, row_ok, chunk, seq_len, RESET_AFTER_FLAG,
+                                                  DTYPE, BLOCK_ROWS, BLOCK_TIME)
+            chunk_a, chunk_b, carry = episodic_chunk(inputs, reset, mask, carry, step_decay, out_ptr, status_ptr,
+                                                     aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, rows,
+                                                     s_out_row, s_out_time, steps, False, BLOCK_ROWS, BLOCK_TIME,
+                                                     WINDOW)
+            carry = chunk_a + chunk_b * carry
+            walked_carry = chunk_a + chunk_b * walked_carry
+            position += 1
+            pending = (position < end) & carries_differ(carry, walked_carry)

@@ -58,12 +58,15 @@ def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
 
 
 @triton.jit
-def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
+def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr,
+                 end=None):
     """Chunk index, time indices (processing order) and in-range mask of the chunk at ``position``.
 
-    Positions past the last chunk give an all-false mask, so the prefetch of "the chunk after the
-    last one" reads nothing.
+    Positions past the last chunk, or at or past ``end`` (the end of a program's segment), give an
+    all-false mask, so the prefetch of "the chunk after the last one" reads nothing.
     """
+    if end is not None:
+        position = tl.where(position < end, position, num_chunks)
     if BACKWARD:
         chunk = num_chunks - 1 - position
     else:
@@ -102,6 +105,46 @@ def claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT: tl.constexpr):
         return ticket % num_row_tiles, ticket // num_row_tiles, 1
     else:
         return tl.program_id(0), 0, num_chunks
+
+
+@triton.jit
+def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT: tl.constexpr):
+    """(row tile, segment's order, position of its first chunk, its number of chunks) of this program.
+
+    A split cuts each row tile's chunks (in processing order) into segments of ``segment_chunks``;
+    programs claim segments in order from the ticket counter. Without a split a program owns a
+    whole row tile: one segment of every chunk.
+    """
+    if SPLIT:
+        ticket = tl.atomic_add(counter_ptr, 1)
+        order = ticket // num_row_tiles
+        first = order * segment_chunks
+        return ticket % num_row_tiles, order, first, tl.minimum(segment_chunks, num_chunks - first)
+    else:
+        return tl.program_id(0), 0, 0, num_chunks
+
+
+@triton.jit
+def walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
+                  walk_carry, walk_decay, BLOCK_ROWS: tl.constexpr, WINDOW: tl.constexpr):
+    """Carry into a walked segment: the look-back over segments, after the walk.
+
+    Segment ``order`` > 0 was walked from a zero carry: ``walk_carry + walk_decay * x`` maps the
+    true carry ``x`` into it to the carry out of it. Segment 0 was walked from the row's boundary
+    carry, so its ``walk_carry`` is already its inclusive prefix and the carry returned is zero
+    (nothing to redo).
+    """
+    num_segments = (num_chunks + segment_chunks - 1) // segment_chunks
+    no_carry = tl.zeros_like(walk_carry)
+    decay = tl.where(order > 0, walk_decay, no_carry)
+    return chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_segments, walk_carry, decay,
+                       no_carry, BLOCK_ROWS, WINDOW)
+
+
+@triton.jit
+def carries_differ(carry, walked_carry):
+    """Whether any row's carry differs from the one its walk used (then later outputs need a redo)."""
+    return tl.max((carry != walked_carry).to(tl.int32), axis=0) > 0
 
 
 @triton.jit

@@ -1,0 +1,133 @@
+"""Walked segments: a time split whose programs walk several chunks from a zero carry, look back once,
+then redo their segment's first chunks with the true carry until the carry out is the walked one.
+
+How far the redo goes depends on the data: one chunk when a reset follows soon, the whole segment
+when nothing resets and the decay never rounds the carry away. Both ends are checked against the
+float64 oracle, with every kernel that walks (GAE, V-trace, lambda- and discounted returns,
+eligibility traces, prefix sums).
+"""
+
+import pytest
+import torch
+
+from conftest import TOLERANCE, assert_outputs_rel
+from rl_triton import _dispatch, _launch, reference
+from rl_triton.ops.gae import compute_gae
+from rl_triton.ops.prefix_sum import compute_episodic_prefix_sum
+from rl_triton.ops.returns import compute_discounted_returns, compute_eligibility_traces, compute_lambda_returns
+from rl_triton.ops.vtrace import compute_vtrace
+
+
+def estimator_calls(ro, gamma: float, lambda_: float) -> dict:
+    """(public function, kwargs builder) per walking estimator; kwargs read from a rollout."""
+    return {
+        "gae": (compute_gae, lambda r: {
+            "rewards": r.rewards, "values": r.values, "terminateds": r.terminateds, "truncateds": r.truncateds,
+            "bootstrap_values": r.bootstrap_values, "gamma": gamma, "lambda_": lambda_}),
+        "gae_last_value": (compute_gae, lambda r: {
+            "rewards": r.rewards, "values": r.values, "terminateds": r.terminateds, "last_value": r.last_value,
+            "gamma": gamma, "lambda_": lambda_}),
+        "vtrace": (compute_vtrace, lambda r: {
+            "log_pi_target": r.log_pi_target, "log_pi_behavior": r.log_pi_behavior, "values": r.values,
+            "rewards": r.rewards, "terminateds": r.terminateds, "truncateds": r.truncateds,
+            "bootstrap_values": r.bootstrap_values, "gamma": gamma}),
+        "lambda": (compute_lambda_returns, lambda r: {
+            "rewards": r.rewards, "next_values": r.next_values, "terminateds": r.terminateds,
+            "truncateds": r.truncateds, "bootstrap_values": r.bootstrap_values, "gamma": gamma, "lambda_": lambda_}),
+        "discounted": (compute_discounted_returns, lambda r: {
+            "rewards": r.rewards, "terminateds": r.terminateds, "bootstrap_values": r.bootstrap_values,
+            "gamma": gamma}),
+        "traces": (compute_eligibility_traces, lambda r: {
+            "gradients": r.gradients, "dones": r.dones, "gamma": gamma, "lambda_": lambda_,
+            "seed_values": r.seed_values}),
+        "prefix_sum": (compute_episodic_prefix_sum, lambda r: {
+            "inputs": r.inputs, "dones": r.dones, "seed_values": r.seed_values}),
+        "prefix_sum_starts_at": (compute_episodic_prefix_sum, lambda r: {
+            "inputs": r.inputs, "dones": r.dones, "seed_values": r.seed_values, "boundary": "starts_at"}),
+    }
+
+
+ORACLES = {
+    compute_gae: reference.compute_gae,
+    compute_vtrace: reference.compute_vtrace,
+    compute_lambda_returns: reference.compute_lambda_returns,
+    compute_discounted_returns: reference.compute_discounted_returns,
+    compute_eligibility_traces: reference.compute_eligibility_traces,
+    compute_episodic_prefix_sum: reference.compute_episodic_prefix_sum,
+}
+NAMES = list(estimator_calls(None, 0.99, 0.95))
+
+# 2 rows of 500 steps in chunks of 8: 4 segments of 16 chunks per row on the interpreter's
+# 4 multiprocessors (the last segment 15 chunks); on a GPU, 1 segment per multiprocessor
+WALK = {"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 1}
+
+
+def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK):
+    compute, build = estimator_calls(ro, gamma, lambda_)[name]
+    with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
+        out = compute(**build(ro))
+    return out, ORACLES[compute](**build(ro.oracle_inputs()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_without_resets_the_redo_spans_whole_segments(name, make_rollout):
+    # no episode ends: every segment's carry reaches its last step (gamma * lambda = 0.999 decays
+    # by a factor 0.88 per segment of 128 steps, far from rounding away)
+    ro = make_rollout(2, 500, term_rate=0.0, trunc_rate=0.0)
+    out, expected = run(name, ro, gamma=0.9995, lambda_=0.9995)
+    assert_outputs_rel(out, expected, 1e-4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_with_resets_the_redo_stops_early(name, make_rollout):
+    ro = make_rollout(2, 500)
+    out, expected = run(name, ro)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("name", ["gae", "lambda", "traces", "prefix_sum"])
+def test_segment_edges_at_episode_ends(name, make_rollout):
+    # episodes that end exactly at the last step of a segment (every 128th step: segments of 16
+    # chunks of 8 steps) or one step past it, where the carry into the next segment is zero or
+    # the reset is the first step the redo reads
+    ro = make_rollout(2, 500, term_rate=0.0, trunc_rate=0.0)
+    for flags in (ro.terminateds, ro.dones):
+        flags[0, 127::128] = 1
+        flags[1, 128::128] = 1
+    out, expected = run(name, ro, gamma=0.999, lambda_=0.999)
+    assert_outputs_rel(out, expected, 1e-4)
+
+
+@pytest.mark.parametrize("name", ["gae", "prefix_sum"])
+def test_float64_walks(name, make_rollout):
+    ro = make_rollout(2, 500, dtype=torch.float64, term_rate=0.01, trunc_rate=0.01)
+    out, expected = run(name, ro)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float64])
+
+
+def test_long_rows_plan_walked_segments(monkeypatch):
+    """Default plans walk segments of 8 or more chunks, one per resident program; shorter rows
+    keep one chunk per program."""
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+    cpu = torch.device("cpu")
+
+    def plan(rows, seq_len, walk, heavy=False):
+        return _launch.plan_tiles(rows, seq_len, False, cpu, heavy=heavy, walk_split=walk)
+
+    one_row = plan(1, 1 << 24, _launch._GAE_WALK)
+    assert one_row.walk and one_row.block_time == 1024 and one_row.num_warps == 4
+    assert one_row.segment_chunks == 32 and one_row.grid == (512,) and one_row.prefetch
+    assert one_row.max_registers is None
+    eight_rows = plan(8, 1 << 21, _launch._EPISODIC_WALK)
+    assert eight_rows.walk and eight_rows.block_time == 512 and eight_rows.segment_chunks == 32
+    assert eight_rows.grid == (8 * 128,)  # 8 x 132 programs asked, 4096 chunks per row in segments of 32
+    vtrace = plan(2, 1 << 23, _launch._VTRACE_WALK, heavy=True)
+    assert vtrace.walk and vtrace.grid[0] <= 3 * 132 and vtrace.segment_chunks == 83
+    # 64 x 16384: 4 chunks per segment, so one chunk per program (2048 steps, capped registers)
+    short = plan(64, 16384, _launch._GAE_WALK)
+    assert short.split and not short.walk and short.block_time == 2048 and short.max_registers == 64
+    assert short.grid == (64 * 8,)
+    # kernels that cannot walk, and overrides
+    assert not plan(1, 1 << 24, None).walk
+    with _launch.tile_override(walk_programs=0):
+        assert not plan(1, 1 << 24, _launch._GAE_WALK).walk
