@@ -1,7 +1,8 @@
 """On the GPU: a call allocates its outputs and nothing else of size (no input copies).
 
 Peak memory during a call, above what was allocated before it, must be the outputs plus the
-time split's look-back workspace (one int32 and three floats per chunk and row), which the
+time split's look-back workspace (one int32 and three floats per chunk, or walked segment, and
+row; bounded here by the count of chunks), which the
 caching allocator rounds to 512-byte blocks. Inputs are read in place: time-major buffers,
 transposed and sliced views and bf16/uint8 inputs add nothing.
 """

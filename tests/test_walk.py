@@ -57,9 +57,14 @@ ORACLES = {
 }
 NAMES = list(estimator_calls(None, 0.99, 0.95))
 
-# 2 rows of 500 steps in chunks of 8: 4 segments of 16 chunks per row on the interpreter's
-# 4 multiprocessors (the last segment 15 chunks); on a GPU, 1 segment per multiprocessor
+# 2 rows of 500 steps in chunks of 8: 4 segments of 16 chunks per row (the last one 15 chunks),
+# planned as for 4 multiprocessors on every device
 WALK = {"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 1}
+
+
+@pytest.fixture(autouse=True)
+def four_multiprocessors(monkeypatch):
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 4)
 
 
 def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK):
@@ -108,7 +113,7 @@ def test_float64_walks(name, make_rollout):
 def test_long_rows_plan_walked_segments(monkeypatch):
     """Default plans walk segments of 8 or more chunks, one per resident program; shorter rows
     keep one chunk per program."""
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
     cpu = torch.device("cpu")
 
     def plan(rows, seq_len, walk, heavy=False):
