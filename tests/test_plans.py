@@ -58,7 +58,8 @@ def test_time_split_chunks_by_kernel(monkeypatch):
         assert seen["SPLIT"]
         return seen["BLOCK_TIME"], seen.get("VEC", 1), seen.get("maxnreg")
 
-    rows, seq_len = 1, 1 << 16
+    # rows short enough that no kernel walks segments of several chunks (tests/test_walk.py)
+    rows, seq_len = 1, 1 << 15
     x, flags, out = torch.randn(rows, seq_len), torch.zeros(rows, seq_len), torch.empty(rows, seq_len)
     # eligibility traces and prefix sums: 4096 steps, capped; discounted returns: 4096, uncapped
     assert split_plan(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (4096, 1, 64)
@@ -69,7 +70,7 @@ def test_time_split_chunks_by_kernel(monkeypatch):
     # V-trace: one row tile of float32 takes 2048-step chunks in 4-step vectors; several take 512 steps
     vtrace_args = (out, torch.empty_like(out), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None, x[:, 0])
     assert split_plan(_launch.vtrace, *vtrace_args) == (2048, 4, 64)
-    two = torch.randn(2, seq_len)
+    two = torch.randn(2, seq_len // 2)
     assert split_plan(_launch.vtrace, two, torch.empty_like(two), two, two, two, two, torch.zeros_like(two), None,
                       0.99, 1.0, 1.0, None, two[:, 0]) == (512, 1, 64)
     double = [t.double() for t in vtrace_args[:6]]
