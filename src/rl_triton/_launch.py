@@ -108,7 +108,7 @@ _SPLIT_MAX_WARPS = 8
 _WALK_MIN_SEGMENT_CHUNKS = 8
 _WALK_WARPS = 4
 # Measured on an H200, % of the copy bandwidth at 8x2^21 / 1x2^24 / 2x2^23, against one chunk per
-# program (benchmarks/results/h200-2026-12-01-walk-*.txt): GAE 57 / 52 / 56 with 1024-step chunks and 4
+# program (benchmarks/results/h200-2026-11-30-run6-walk-*.txt): GAE 57 / 52 / 56 with 1024-step chunks and 4
 # programs per multiprocessor (512-step chunks: 49 / 46 / 48); GAE with truncations and bootstrap
 # values (more registers) 54 / 63 / 56 with 3 (4: 39 / 67 / 40); discounted returns 51 / 52 / 51;
 # lambda-returns 76 / 79 / 73 with 512-step chunks; eligibility traces and prefix sums 73 / 67 / 70

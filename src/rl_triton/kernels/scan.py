@@ -12,6 +12,14 @@ program that has already started), publishes the chunk's aggregate map ``x_in ->
 looks back over its predecessors' aggregates and inclusive prefixes (a window at a time) for
 its carry, publishes its own inclusive prefix and finishes. One pass over the data.
 
+Kernels that can walk (GAE, V-trace, returns, episodic scans) split long rows into segments of
+several chunks instead, about one per resident program: a program walks its segment from a zero
+carry, publishes the segment's map, looks back once, then redoes the segment's first chunks with
+the true carry until the carry out of a redone chunk equals the one its walk used (after an
+episode end, or once the decay has rounded the difference away), so every output is what a walk
+from the true carry would give. The redo is one chunk on typical data and the whole segment when
+nothing resets and the decay stays near one.
+
 A program that walks several chunks (``PREFETCH``) issues the loads of chunk ``i + 1`` before it
 scans chunk ``i``: Triton does not pipeline loads that feed registers, and without this every
 program waits for its loads, then computes, in lock step with all others (measured on an H200:
