@@ -110,6 +110,21 @@ def test_float64_walks(name, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float64])
 
 
+@pytest.mark.parametrize("name", ["gae_last_value", "vtrace", "discounted", "prefix_sum"])
+def test_time_major_walks(name, make_rollout):
+    # [T, N] buffers walked in tiles of 4 rows x 8 steps: 2 row tiles of 4 segments
+    ro = make_rollout(5, 400, term_rate=0.02, trunc_rate=0.02)
+    compute, build = estimator_calls(ro, 0.99, 0.95)[name]
+    kwargs = build(ro)
+    time_major = {key: value.t().contiguous() if torch.is_tensor(value) and value.dim() == 2 else value
+                  for key, value in kwargs.items()}
+    with _dispatch.use_backend("triton"), _launch.tile_override(**{**WALK, "block_rows": 4}):
+        out = compute(**time_major, time_dim=0)
+    expected = ORACLES[compute](**build(ro.oracle_inputs()))
+    outs = out if isinstance(out, tuple) else (out,)
+    assert_outputs_rel(tuple(o.t() for o in outs), expected, TOLERANCE[torch.float32])
+
+
 def test_long_rows_plan_walked_segments(monkeypatch):
     """Default plans walk segments of 8 or more chunks, one per resident program; shorter rows
     keep one chunk per program."""
@@ -132,6 +147,9 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     short = plan(64, 16384, _launch._GAE_WALK)
     assert short.split and not short.walk and short.block_time == 2048 and short.max_registers == 64
     assert short.grid == (64 * 8,)
+    # time-major [T, N] buffers of few rows walk tiles of 16 rows x 64 steps (8 rows: 8 x 64)
+    time_major = _launch.plan_tiles(8, 1 << 21, True, cpu, heavy=False, walk_split=_launch._GAE_WALK)
+    assert time_major.walk and (time_major.block_rows, time_major.block_time) == (8, 64)
     # kernels that cannot walk, and overrides
     assert not plan(1, 1 << 24, None).walk
     with _launch.tile_override(walk_programs=0):

@@ -81,6 +81,9 @@ _TIME_MAJOR_WARPS = 4
 _TIME_MAJOR_SPLIT_BLOCK_TIME = 32
 _TIME_MAJOR_SPLIT_BLOCK_ROWS = 64
 _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP = 1024
+# time-major walked segments (rows x steps per chunk), 256 elements per warp
+_TIME_MAJOR_WALK_TILE = (16, 64)
+_TIME_MAJOR_WALK_ELEMENTS_PER_WARP = 256
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
 _FLOAT32_VEC = 4
@@ -319,18 +322,21 @@ def _plan(
         split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < 2 * _multiprocessors(device)
     if _override.split is not None:
         split = _override.split
-    if split and time_major:
-        block_time = min(time_pow2, _TIME_MAJOR_SPLIT_BLOCK_TIME)
-        block_rows = min(rows_pow2, _TIME_MAJOR_SPLIT_BLOCK_ROWS)
-    elif split and walk_split is not None and walk_programs:
+    if split and walk_split is not None and walk_programs:
         # walked segments, if the rows are long enough for segments of several chunks
-        block_time = _override.block_time or min(time_pow2, walk_block_time)
-        row_tiles = triton.cdiv(num_rows, _override.block_rows or block_rows)
-        segments = max(1, walk_programs * _multiprocessors(device) // row_tiles)
-        segment_chunks = triton.cdiv(triton.cdiv(seq_len, block_time), segments)
+        walk_rows, walk_steps = _TIME_MAJOR_WALK_TILE if time_major else (block_rows, walk_block_time)
+        walk_rows = _override.block_rows or min(rows_pow2, walk_rows)
+        walk_steps = _override.block_time or min(time_pow2, walk_steps)
+        segments = max(1, walk_programs * _multiprocessors(device) // triton.cdiv(num_rows, walk_rows))
+        segment_chunks = triton.cdiv(triton.cdiv(seq_len, walk_steps), segments)
         if segment_chunks < _WALK_MIN_SEGMENT_CHUNKS and _override.walk_programs is None:
             segment_chunks = 1
-    if split and not time_major and segment_chunks == 1:
+        else:
+            block_rows, block_time = walk_rows, walk_steps
+    if split and time_major and segment_chunks == 1:
+        block_time = min(time_pow2, _TIME_MAJOR_SPLIT_BLOCK_TIME)
+        block_rows = min(rows_pow2, _TIME_MAJOR_SPLIT_BLOCK_ROWS)
+    elif split and segment_chunks == 1:
         if split_block_time is None:
             split_block_time = _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME
         if one_row_tile_split is not None and triton.cdiv(num_rows, _override.block_rows or block_rows) == 1:
@@ -352,7 +358,9 @@ def _plan(
     # and discounted returns 74 -> 83 at 16384x512, GAE 36 -> 40 and lambda-returns 48 -> 58 at
     # 4096x128; V-trace equal or slower, so heavy kernels keep scalar loads)
     float32_vectors = element_bytes == 4 and single_chunk and not heavy
-    if time_major:
+    if time_major and split and segment_chunks > 1:
+        elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
+    elif time_major:
         elements_per_warp = (_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split
                              else tile_rows * tile_steps // tile_warps)
     elif vector_loads:
