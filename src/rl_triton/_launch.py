@@ -81,7 +81,13 @@ _TIME_MAJOR_WARPS = 4
 _TIME_MAJOR_SPLIT_BLOCK_TIME = 32
 _TIME_MAJOR_SPLIT_BLOCK_ROWS = 64
 _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP = 1024
-# time-major walked segments (rows x steps per chunk), 256 elements per warp
+# Time-major calls of few rows walk segments in tiles of 16 rows x 64 steps (fewer rows: all of
+# them), 256 elements per warp. Measured on an H200, % of the copy bandwidth at 8x2^21 / 64x2^18 /
+# 1024x2^14 stored [T, N], one chunk of 64 rows x 32 steps per program -> walked
+# (benchmarks/results/h200-2026-11-30-run6-time-major-walk.txt): GAE 8.1 / 15.1 / 45.9 -> 39.6 / 51.3 /
+# 52.6, V-trace 12.8 / 2.6 / 44.7 -> 44.8 / 44.3 / 45.7, discounted returns 6.1 / 11.0 / 26.0 -> 40.5 /
+# 47.8 / 47.2, eligibility traces 5.7 / 12.0 / 36.0 -> 48.4 / 38.4 / 41.6. Tiles of 8 x 128, 16 x 128,
+# 32 x 32, 32 x 64 and 16 x 64 with 2 warps were each better for some kernel and shape, none for all.
 _TIME_MAJOR_WALK_TILE = (16, 64)
 _TIME_MAJOR_WALK_ELEMENTS_PER_WARP = 256
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
