@@ -82,9 +82,8 @@ TILE_CASES = [
     pytest.param({"block_rows": 2, "block_time": 16, "split": True, "window": 4}, 3, 200, id="r2t16w4-split-3x200"),
     pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 2}, 1, 200, id="r1t16w2-split-1x200"),
     # walked segments (GAE, V-trace, returns, episodic scans; others split one chunk per program):
-    # 4 segments of 16 chunks (the last 15); 2 row tiles of 2 segments (7 and 6 chunks); 8 segments
-    # of 4 chunks per row looked back over in windows of 2
-    pytest.param({"block_rows": 1, "block_time": 16, "split": True, "walk_programs": 1}, 1, 1000, id="r1t16m1-walk-1x1000"),
+    # 2 row tiles of 2 segments (7 and 6 chunks); 8 segments of 4 chunks per row looked back over
+    # in windows of 2 (tests/test_walk.py walks every such kernel further)
     pytest.param({"block_rows": 2, "block_time": 16, "split": True, "walk_programs": 1}, 3, 200, id="r2t16m1-walk-3x200"),
     pytest.param({"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 2, "window": 2}, 2, 250,
                  id="r1t8m2w2-walk-2x250"),

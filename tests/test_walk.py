@@ -57,9 +57,9 @@ ORACLES = {
 }
 NAMES = list(estimator_calls(None, 0.99, 0.95))
 
-# 2 rows of 500 steps in chunks of 8: 4 segments of 16 chunks per row (the last one 15 chunks),
+# 2 rows of 300 steps in chunks of 8: 4 segments of 10 chunks per row (the last one 8 chunks),
 # planned as for 4 multiprocessors on every device
-WALK = {"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 1}
+WALK = {"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 2}
 
 
 @pytest.fixture(autouse=True)
@@ -77,35 +77,37 @@ def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK):
 @pytest.mark.parametrize("name", NAMES)
 def test_without_resets_the_redo_spans_whole_segments(name, make_rollout):
     # no episode ends: every segment's carry reaches its last step (gamma * lambda = 0.999 decays
-    # by a factor 0.88 per segment of 128 steps, far from rounding away)
-    ro = make_rollout(2, 500, term_rate=0.0, trunc_rate=0.0)
+    # by a factor 0.92 per segment of 80 steps, far from rounding away)
+    ro = make_rollout(2, 300, term_rate=0.0, trunc_rate=0.0)
     out, expected = run(name, ro, gamma=0.9995, lambda_=0.9995)
     assert_outputs_rel(out, expected, 1e-4)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_with_resets_the_redo_stops_early(name, make_rollout):
-    ro = make_rollout(2, 500)
+    ro = make_rollout(2, 300)
     out, expected = run(name, ro)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
 @pytest.mark.parametrize("name", ["gae", "lambda", "traces", "prefix_sum"])
 def test_segment_edges_at_episode_ends(name, make_rollout):
-    # episodes that end exactly at the last step of a segment (every 128th step: segments of 16
-    # chunks of 8 steps) or one step past it, where the carry into the next segment is zero or
-    # the reset is the first step the redo reads
-    ro = make_rollout(2, 500, term_rate=0.0, trunc_rate=0.0)
+    # episodes that end at the last step before a segment edge or at the first step after it, where
+    # the carry into the next segment is zero or the reset is the first step the redo reads.
+    # Segments of 10 chunks of 8 steps start at steps 80, 160, 240 (forward scans) and, counted
+    # from the end of the 38 chunks, at 64, 144, 224 (backward recurrences)
+    ro = make_rollout(2, 300, term_rate=0.0, trunc_rate=0.0)
+    before_edges, after_edges = [63, 79, 143, 159, 223, 239], [64, 80, 144, 160, 224, 240]
     for flags in (ro.terminateds, ro.dones):
-        flags[0, 127::128] = 1
-        flags[1, 128::128] = 1
+        flags[0, before_edges] = 1
+        flags[1, after_edges] = 1
     out, expected = run(name, ro, gamma=0.999, lambda_=0.999)
     assert_outputs_rel(out, expected, 1e-4)
 
 
 @pytest.mark.parametrize("name", ["gae", "prefix_sum"])
 def test_float64_walks(name, make_rollout):
-    ro = make_rollout(2, 500, dtype=torch.float64, term_rate=0.01, trunc_rate=0.01)
+    ro = make_rollout(2, 300, dtype=torch.float64, term_rate=0.01, trunc_rate=0.01)
     out, expected = run(name, ro)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float64])
 
@@ -113,7 +115,7 @@ def test_float64_walks(name, make_rollout):
 @pytest.mark.parametrize("name", ["gae_last_value", "vtrace", "discounted", "prefix_sum"])
 def test_time_major_walks(name, make_rollout):
     # [T, N] buffers walked in tiles of 4 rows x 8 steps: 2 row tiles of 4 segments
-    ro = make_rollout(5, 400, term_rate=0.02, trunc_rate=0.02)
+    ro = make_rollout(5, 300, term_rate=0.02, trunc_rate=0.02)
     compute, build = estimator_calls(ro, 0.99, 0.95)[name]
     kwargs = build(ro)
     time_major = {key: value.t().contiguous() if torch.is_tensor(value) and value.dim() == 2 else value
