@@ -4,13 +4,13 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
-    carries_differ,
     chunk_carry,
     chunk_window,
     claim_segment,
     last_column,
     load_chunk,
     load_episode_flags,
+    redo_advance,
     scan,
     store_chunk,
     tile_rows,
@@ -136,11 +136,9 @@ def gae_kernel(
             chunk, steps, mask = next_chunk, next_steps, next_mask
     if WALK:
         # redo the segment's first chunks with the true carry until their carry out is the one the walk used
-        carry = walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
-                              carry, walk_decay, BLOCK_ROWS, WINDOW)
-        walked_carry = tl.zeros_like(carry)
-        position = first
-        pending = carries_differ(carry, walked_carry)
+        carry, walked_carry, position, pending = walk_lookback(
+            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
+            walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
             chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
             reward, value, terminated, truncated, value_next = gae_chunk_inputs(
@@ -152,7 +150,4 @@ def gae_kernel(
                 reward, value, terminated, truncated, value_next, mask, carry, discount, trace_decay, advantages_ptr,
                 status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, rows, row_ok, s_out_row,
                 s_out_time, chunk, seq_len, False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-            carry = chunk_a + chunk_b * carry
-            walked_carry = chunk_a + chunk_b * walked_carry
-            position += 1
-            pending = (position < end) & carries_differ(carry, walked_carry)
+            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)

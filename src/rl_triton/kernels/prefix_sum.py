@@ -9,12 +9,12 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
-    carries_differ,
     chunk_carry,
     chunk_window,
     claim_segment,
     last_column,
     load_chunk,
+    redo_advance,
     scan,
     store_tile,
     tile_rows,
@@ -93,11 +93,9 @@ def episodic_scan_kernel(
             chunk, steps, mask = next_chunk, next_steps, next_mask
     if WALK:
         # redo the segment's first chunks with the true carry until their carry out is the one the walk used
-        carry = walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
-                              carry, walk_decay, BLOCK_ROWS, WINDOW)
-        walked_carry = tl.zeros_like(carry)
-        position = first
-        pending = carries_differ(carry, walked_carry)
+        carry, walked_carry, position, pending = walk_lookback(
+            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
+            walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
             chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, False)
             inputs, reset = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
@@ -107,7 +105,4 @@ def episodic_scan_kernel(
                                                      aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, rows,
                                                      s_out_row, s_out_time, steps, False, BLOCK_ROWS, BLOCK_TIME,
                                                      WINDOW)
-            carry = chunk_a + chunk_b * carry
-            walked_carry = chunk_a + chunk_b * walked_carry
-            position += 1
-            pending = (position < end) & carries_differ(carry, walked_carry)
+            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)

@@ -8,13 +8,13 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
-    carries_differ,
     chunk_carry,
     chunk_window,
     claim_segment,
     last_column,
     load_chunk,
     load_episode_flags,
+    redo_advance,
     scan,
     store_chunk,
     tile_rows,
@@ -122,11 +122,9 @@ def returns_kernel(
             chunk, mask = next_chunk, next_mask
     if WALK:
         # redo the segment's first chunks with the true carry until their carry out is the one the walk used
-        carry = walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
-                              carry, walk_decay, BLOCK_ROWS, WINDOW)
-        walked_carry = tl.zeros_like(carry)
-        position = first
-        pending = carries_differ(carry, walked_carry)
+        carry, walked_carry, position, pending = walk_lookback(
+            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
+            walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
             chunk, _, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
             inputs, terminated, truncated, next_value, bootstrap = returns_chunk_inputs(
@@ -139,7 +137,4 @@ def returns_kernel(
                 trace_decay, returns_ptr, status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, rows,
                 row_ok, s_out_row, s_out_time, chunk, seq_len, HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP,
                 False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-            carry = chunk_a + chunk_b * carry
-            walked_carry = chunk_a + chunk_b * walked_carry
-            position += 1
-            pending = (position < end) & carries_differ(carry, walked_carry)
+            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)

@@ -133,20 +133,32 @@ def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT:
 
 
 @triton.jit
-def walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
+def walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first,
                   walk_carry, walk_decay, BLOCK_ROWS: tl.constexpr, WINDOW: tl.constexpr):
-    """Carry into a walked segment: the look-back over segments, after the walk.
+    """The look-back over segments after a walk, and the start of the redo of the segment's head.
 
     Segment ``order`` > 0 was walked from a zero carry: ``walk_carry + walk_decay * x`` maps the
     true carry ``x`` into it to the carry out of it. Segment 0 was walked from the row's boundary
-    carry, so its ``walk_carry`` is already its inclusive prefix and the carry returned is zero
-    (nothing to redo).
+    carry, so its ``walk_carry`` is already its inclusive prefix and its true carry counts as zero
+    (nothing to redo). Returns (true carry into the segment, the carry its walk used, the position
+    of its first chunk, whether that chunk needs a redo): the state ``redo_advance`` moves on.
     """
     num_segments = (num_chunks + segment_chunks - 1) // segment_chunks
     no_carry = tl.zeros_like(walk_carry)
     decay = tl.where(order > 0, walk_decay, no_carry)
-    return chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_segments, walk_carry, decay,
-                       no_carry, BLOCK_ROWS, WINDOW)
+    carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_segments, walk_carry, decay,
+                        no_carry, BLOCK_ROWS, WINDOW)
+    return carry, no_carry, first, carries_differ(carry, no_carry)
+
+
+@triton.jit
+def redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end):
+    """After redoing the chunk at ``position`` (map a + b * x): the true carry out, the one the walk
+    had, the next position and whether it needs a redo too (the carries differ, inside the segment)."""
+    carry = chunk_a + chunk_b * carry
+    walked_carry = chunk_a + chunk_b * walked_carry
+    position += 1
+    return carry, walked_carry, position, (position < end) & carries_differ(carry, walked_carry)
 
 
 @triton.jit

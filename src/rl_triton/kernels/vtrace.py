@@ -5,12 +5,12 @@ import triton.language as tl
 
 from rl_triton.kernels.gae import gae_chunk_inputs
 from rl_triton.kernels.scan import (
-    carries_differ,
     chunk_carry,
     chunk_window,
     claim_segment,
     last_column,
     load_chunk,
+    redo_advance,
     scan_with_previous,
     store_chunk,
     tile_rows,
@@ -125,11 +125,9 @@ def vtrace_kernel(
             chunk, steps, mask = next_chunk, next_steps, next_mask
     if WALK:
         # redo the segment's first chunks with the true carry until their carry out is the one the walk used
-        carry = walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
-                              carry, walk_decay, BLOCK_ROWS, WINDOW)
-        walked_carry = tl.zeros_like(carry)
-        position = first
-        pending = carries_differ(carry, walked_carry)
+        carry, walked_carry, position, pending = walk_lookback(
+            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
+            walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
             chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
             log_target, log_behavior, reward, value, terminated, truncated, value_next = vtrace_chunk_inputs(
@@ -143,7 +141,4 @@ def vtrace_kernel(
                 rho_clip, c_clip, targets_ptr, advantages_ptr, status_ptr, aggregate_ptr, prefix_ptr, row_tile,
                 order, num_chunks, rows, row_ok, s_out_row, s_out_time, chunk, seq_len, False, BLOCK_ROWS,
                 BLOCK_TIME, WINDOW, VEC)
-            carry = chunk_a + chunk_b * carry
-            walked_carry = chunk_a + chunk_b * walked_carry
-            position += 1
-            pending = (position < end) & carries_differ(carry, walked_carry)
+            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
