@@ -18,7 +18,7 @@ from rl_triton.ops.returns import compute_discounted_returns, compute_eligibilit
 from rl_triton.ops.vtrace import compute_vtrace
 
 
-def estimator_calls(ro, gamma: float, lambda_: float) -> dict:
+def estimator_calls(gamma: float, lambda_: float) -> dict:
     """(public function, kwargs builder) per walking estimator; kwargs read from a rollout."""
     return {
         "gae": (compute_gae, lambda r: {
@@ -55,7 +55,7 @@ ORACLES = {
     compute_eligibility_traces: reference.compute_eligibility_traces,
     compute_episodic_prefix_sum: reference.compute_episodic_prefix_sum,
 }
-NAMES = list(estimator_calls(None, 0.99, 0.95))
+NAMES = list(estimator_calls(0.99, 0.95))
 
 # 2 rows of 300 steps in chunks of 8: 4 segments of 10 chunks per row (the last one 8 chunks),
 # planned as for 4 multiprocessors on every device
@@ -67,10 +67,18 @@ def four_multiprocessors(monkeypatch):
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 4)
 
 
-def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK):
-    compute, build = estimator_calls(ro, gamma, lambda_)[name]
+def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK, time_major=False):
+    """(Triton outputs, oracle outputs); ``time_major``: the inputs stored [T, N], outputs read back as [N, T]."""
+    compute, build = estimator_calls(gamma, lambda_)[name]
+    kwargs = build(ro)
+    if time_major:
+        kwargs = {key: value.t().contiguous() if torch.is_tensor(value) and value.dim() == 2 else value
+                  for key, value in kwargs.items()}
+        kwargs["time_dim"] = 0
     with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
-        out = compute(**build(ro))
+        out = compute(**kwargs)
+    if time_major:
+        out = tuple(o.t() for o in out) if isinstance(out, tuple) else out.t()
     return out, ORACLES[compute](**build(ro.oracle_inputs()))
 
 
@@ -116,15 +124,8 @@ def test_float64_walks(name, make_rollout):
 def test_time_major_walks(name, make_rollout):
     # [T, N] buffers walked in tiles of 4 rows x 8 steps: 2 row tiles of 4 segments
     ro = make_rollout(5, 300, term_rate=0.02, trunc_rate=0.02)
-    compute, build = estimator_calls(ro, 0.99, 0.95)[name]
-    kwargs = build(ro)
-    time_major = {key: value.t().contiguous() if torch.is_tensor(value) and value.dim() == 2 else value
-                  for key, value in kwargs.items()}
-    with _dispatch.use_backend("triton"), _launch.tile_override(**{**WALK, "block_rows": 4}):
-        out = compute(**time_major, time_dim=0)
-    expected = ORACLES[compute](**build(ro.oracle_inputs()))
-    outs = out if isinstance(out, tuple) else (out,)
-    assert_outputs_rel(tuple(o.t() for o in outs), expected, TOLERANCE[torch.float32])
+    out, expected = run(name, ro, tile={**WALK, "block_rows": 4}, time_major=True)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
 def test_long_rows_plan_walked_segments(monkeypatch):

@@ -265,7 +265,8 @@ def plan_tiles(
     per thread (batch-major float32 and float16/bf16); when all rows fit one row tile, a batch-major
     split takes ``one_row_tile_split`` (chunk steps, steps per vector load) instead, if given.
     ``walk_split``: (chunk steps, programs per multiprocessor) of walked segments, for kernels that can
-    walk a segment of several chunks per program of a batch-major split.
+    walk a segment of several chunks per program of a split (time-major splits walk tiles of
+    ``_TIME_MAJOR_WALK_TILE`` instead of that chunk length).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split)
