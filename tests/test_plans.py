@@ -61,20 +61,36 @@ def test_time_split_chunks_by_kernel(monkeypatch):
     # rows short enough that no kernel walks segments of several chunks (tests/test_walk.py)
     rows, seq_len = 1, 1 << 15
     x, flags, out = torch.randn(rows, seq_len), torch.zeros(rows, seq_len), torch.empty(rows, seq_len)
-    # eligibility traces and prefix sums: 4096 steps, capped; discounted returns: 4096, uncapped
+    # (chunk steps, steps per thread group, register cap); float32: groups of 4 steps
+    # eligibility traces and prefix sums: 4096 steps step by step, capped; discounted returns: 4096, uncapped
     assert split_plan(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (4096, 1, 64)
-    assert split_plan(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (4096, 1, None)
+    assert split_plan(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (4096, 4, None)
     # lambda-returns and GAE: 2048, capped
-    assert split_plan(_launch.returns, out, x, x, flags, None, 0.99, 0.95, None) == (2048, 1, 64)
-    assert split_plan(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (2048, 1, 64)
-    # V-trace: one row tile of float32 takes 2048-step chunks in 4-step vectors; several take 512 steps
+    assert split_plan(_launch.returns, out, x, x, flags, None, 0.99, 0.95, None) == (2048, 4, 64)
+    assert split_plan(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (2048, 4, 64)
+    # V-trace: one row tile of float32 takes 2048-step chunks; several take 512 steps
     vtrace_args = (out, torch.empty_like(out), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None, x[:, 0])
     assert split_plan(_launch.vtrace, *vtrace_args) == (2048, 4, 64)
     two = torch.randn(2, seq_len // 2)
     assert split_plan(_launch.vtrace, two, torch.empty_like(two), two, two, two, two, torch.zeros_like(two), None,
-                      0.99, 1.0, 1.0, None, two[:, 0]) == (512, 1, 64)
+                      0.99, 1.0, 1.0, None, two[:, 0]) == (512, 4, 64)
+    # float64: groups of 2 steps (16 bytes)
     double = [t.double() for t in vtrace_args[:6]]
-    assert split_plan(_launch.vtrace, *double, flags, None, 0.99, 1.0, 1.0, None, x[:, 0].double())[:2] == (512, 1)
+    assert split_plan(_launch.vtrace, *double, flags, None, 0.99, 1.0, 1.0, None, x[:, 0].double())[:2] == (512, 2)
+
+
+def test_batch_major_tiles_group_16_bytes_of_steps_per_thread():
+    def vec(rows, seq_len, element_bytes, time_major=False, **kw):
+        return _launch.plan_tiles(rows, seq_len, time_major, CPU, heavy=False, element_bytes=element_bytes, **kw).vec
+
+    # one chunk per row: float32 4 steps, bf16 8 (two groups per thread), float64 2
+    assert vec(4096, 512, 4) == 4 and vec(4096, 512, 2) == 8 and vec(4096, 512, 8) == 2
+    # rows walked in several chunks per program, and the time split
+    assert vec(4096, 4096, 4) == 4 and vec(1, 1 << 20, 4) == 4 and vec(1, 1 << 24, 4, walk_split=(512, 8)) == 4
+    # bf16 chunks of 4 warps per 512 steps hold 4 steps per thread; short rows, shorter groups
+    assert vec(4096, 4096, 2) == 4 and vec(16384, 2, 4) == 2 and vec(16384, 1, 4) == 1
+    # time-major tiles and kernels that read step by step
+    assert vec(4096, 512, 4, time_major=True) == 1 and vec(4096, 512, None) == 1
 
 
 def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: int = 600) -> dict:

@@ -297,7 +297,9 @@ def test_strided_inputs(backend, name, layout, make_rollout):
     expected = call(name, ro)
     kwargs = ESTIMATORS[name][1](ro.map(layout, fields=step_fields(name)))
     snapshot = Snapshot(kwargs)
-    torch.testing.assert_close(ESTIMATORS[name][0](**kwargs), expected, rtol=1e-6, atol=1e-6)
+    # another layout may take another tile plan (time-major tiles, grouped batch-major ones) and so
+    # another order of combining steps: equal up to float32 rounding, not always bitwise
+    assert_rel(ESTIMATORS[name][0](**kwargs), expected, TOLERANCE[torch.float32])
     snapshot.assert_unchanged()
 
 

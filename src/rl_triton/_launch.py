@@ -92,7 +92,7 @@ _TIME_MAJOR_WALK_TILE = (16, 64)
 _TIME_MAJOR_WALK_ELEMENTS_PER_WARP = 256
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
-_FLOAT32_VEC = 4
+_VECTOR_BYTES = 16
 # predecessors inspected per look-back step: with fewer than 4 row tiles, every program in flight
 # is in one of a few chains, so look-backs reach further (measured on an H200, GAE 1x2^24: 264 us
 # with 32, 190 us with 128; 8x2^21: 163 us with 32, 174 us with 128)
@@ -116,18 +116,18 @@ _SPLIT_MAX_WARPS = 8
 # 24.2% against 27.1% of the copy bandwidth, V-trace 23.7% against 36.7%).
 _WALK_MIN_SEGMENT_CHUNKS = 8
 _WALK_WARPS = 4
-# Measured on an H200, % of the copy bandwidth at 8x2^21 / 1x2^24 / 2x2^23, against one chunk per
-# program (benchmarks/results/h200-2026-11-30-run6-walk-*.txt): GAE 57 / 52 / 56 with 1024-step chunks and 4
-# programs per multiprocessor (512-step chunks: 49 / 46 / 48); GAE with truncations and bootstrap
-# values (more registers) 54 / 63 / 56 with 3 (4: 39 / 67 / 40); discounted returns 51 / 52 / 51;
-# lambda-returns 76 / 79 / 73 with 512-step chunks; eligibility traces and prefix sums 73 / 67 / 70
-# with 512-step chunks and 8 programs; V-trace 55 / 61 / 57 with 512-step chunks and 3 (4: 38 / 67 / 40).
-_GAE_WALK = (1024, 4)
-_GAE_BOOTSTRAP_WALK = (1024, 3)
+# Measured on an H200 with grouped tiles, % of the copy bandwidth at 8x2^21 / 1x2^24
+# (benchmarks/results/h200-2026-11-30-run7-walk-sweep.txt): GAE 74 / 70 with 512-step chunks and 8
+# programs per multiprocessor (1024 and 4: 68 / 64), with truncations and bootstrap values 84 / 80 (1024
+# and 3: 71 / 70); V-trace 85 / 80 with 512 and 6 (512 and 3: 73 / 74; 8 do not fit its 80 registers);
+# lambda-returns 85 / 80 with 512 and 4; discounted returns 73 / 66 with 1024 and 4; eligibility traces
+# and prefix sums (step by step, see episodic_scan) 71-73 / 65-66 with 512 and 8. Registers per thread (ptxas, sm_90) bound the programs that fit: GAE 56,
+# lambda-returns 53, eligibility traces 46, discounted returns 72 (1024 steps), V-trace 80.
+_GAE_WALK = (512, 8)
 _DISCOUNTED_WALK = (1024, 4)
 _LAMBDA_WALK = (512, 4)
 _EPISODIC_WALK = (512, 8)
-_VTRACE_WALK = (512, 3)
+_VTRACE_WALK = (512, 6)
 # Float32 Retrace programs that walk their chunks, 4 warps each. Up to 4 actions per group they take
 # ~156 registers per thread; 128 (no spills) fits 4 programs per multiprocessor instead of 3
 # (measured on an H200, 4 actions, device us, uncapped -> capped: 16384x512 264 -> 243, 4096x1024
@@ -249,21 +249,21 @@ def plan_tiles(
     time_major_tile: tuple[int, int, int, int] | None = None,
     split_block_time: int | None = None,
     split_max_registers: int | None = _SPLIT_MAX_REGISTERS,
-    one_row_tile_split: tuple[int, int] | None = None,
+    one_row_tile_split: int | None = None,
     walk_split: tuple[int, int] | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
     ``heavy`` kernels (V-trace, Retrace) keep more values live per step and take smaller tiles;
     ``max_block_time`` caps the chunk length (Retrace's tiles also span an action block);
-    ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that can
-    load several steps per vector (None: the kernel loads step by step); batch-major rows of up to
+    ``element_bytes``: the largest element size of the [rows, T] tensors, given by kernels that read
+    grouped tiles of several steps per thread (None: the kernel reads step by step); batch-major rows of up to
     ``single_chunk_steps`` steps are scanned in one chunk per program, by up to ``max_warps`` warps;
     time-major calls take tiles of ``time_major_tile`` (rows, steps, fewest rows not split in time,
     warps; None: by the number of rows). Programs of a time split take chunks of
     ``split_block_time`` steps (None: 2048, heavy 512) and at most ``split_max_registers`` registers
     per thread (batch-major float32 and float16/bf16); when all rows fit one row tile, a batch-major
-    split takes ``one_row_tile_split`` (chunk steps, steps per vector load) instead, if given.
+    split takes chunks of ``one_row_tile_split`` steps instead, if given.
     ``walk_split``: (chunk steps, programs per multiprocessor) of walked segments, for kernels that can
     walk a segment of several chunks per program of a split (time-major splits walk tiles of
     ``_TIME_MAJOR_WALK_TILE`` instead of that chunk length).
@@ -280,7 +280,7 @@ def _default_plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
-    split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: tuple[int, int] | None,
+    split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
     walk_split: tuple[int, int] | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
@@ -305,11 +305,10 @@ def _plan(
     num_rows: int, seq_len: int, time_major: bool, device: torch.device, heavy: bool, max_block_time: int,
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
-    split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: tuple[int, int] | None,
+    split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
     walk_split: tuple[int, int] | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
-    split_vec = 1
     walk_block_time, walk_programs = walk_split or (0, 0)
     if _override.walk_programs is not None:
         walk_programs = _override.walk_programs
@@ -347,7 +346,7 @@ def _plan(
         if split_block_time is None:
             split_block_time = _HEAVY_SPLIT_BLOCK_TIME if heavy else _SPLIT_BLOCK_TIME
         if one_row_tile_split is not None and triton.cdiv(num_rows, _override.block_rows or block_rows) == 1:
-            split_block_time, split_vec = one_row_tile_split
+            split_block_time = one_row_tile_split
         block_time = min(time_pow2, split_block_time)
     block_time = _override.block_time or min(block_time, max_block_time)
     block_rows = _override.block_rows or block_rows
@@ -356,15 +355,15 @@ def _plan(
     split = split and num_chunks > 1
     if not split:
         segment_chunks = 1
-    # one chunk per program, read in vectors of 8 narrow steps per thread (measured: bf16 GAE 40% -> 58%
-    # of the copy bandwidth at 16384x512; with several chunks per program or a split, vector loads were
-    # 2-7x slower, so those read step by step)
+    # Batch-major tiles are grouped: each thread holds 16 contiguous bytes of steps of the widest input
+    # (kernels/scan.py: chunk_steps), loaded as one vector and scanned in registers before the groups
+    # are scanned across threads. Measured on an H200 against one step per thread, % of the copy
+    # bandwidth (benchmarks/results/h200-2026-11-30-run7-*.txt): GAE 4096x4096 50 -> 87, V-trace
+    # 4096x4096 71 -> 90, discounted returns 4096x4096 64 -> 84, walked GAE 8x2^21 58 -> 69 (with the
+    # same plan), V-trace 57 -> 73, discounted returns 51 -> 73; narrow steps of one chunk per program
+    # take two vectors per thread (bf16 GAE 40% -> 58% at 16384x512 against one step per thread).
     single_chunk = not time_major and not split and num_chunks == 1
     vector_loads = element_bytes is not None and element_bytes <= 2 and single_chunk
-    # float32 rows of one chunk, in vectors of 4 steps (measured, % of the copy bandwidth: GAE 74 -> 87
-    # and discounted returns 74 -> 83 at 16384x512, GAE 36 -> 40 and lambda-returns 48 -> 58 at
-    # 4096x128; V-trace equal or slower, so heavy kernels keep scalar loads)
-    float32_vectors = element_bytes == 4 and single_chunk and not heavy
     if time_major and split and segment_chunks > 1:
         elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
     elif time_major:
@@ -387,14 +386,13 @@ def _plan(
     num_warps = _override.num_warps or max(1, min(max_warps, block_rows * block_time // elements_per_warp))
     num_stages = _override.num_stages or 1
     window = _override.window or (_FEW_CHAINS_LOOKBACK_WINDOW if num_row_tiles < _FEW_CHAINS else _LOOKBACK_WINDOW)
-    # every thread holds at least one vector, and a vector lies inside one chunk
-    vector_loads = vector_loads and block_time >= _MAX_VEC and block_rows * block_time >= 32 * num_warps * _MAX_VEC
-    float32_vectors = (float32_vectors and block_time >= _FLOAT32_VEC
-                       and block_rows * block_time >= 32 * num_warps * _FLOAT32_VEC)
-    split_vectors = (split and split_vec > 1 and block_time >= split_vec
-                     and block_rows * block_time >= 32 * num_warps * split_vec)
-    vec = _override.vec or (_MAX_VEC if vector_loads else _FLOAT32_VEC if float32_vectors
-                            else split_vec if split_vectors else 1)
+    vec = 1
+    if element_bytes and not time_major:
+        vec = min(_MAX_VEC, _VECTOR_BYTES // element_bytes)
+        # every thread holds at least one group, and a group lies inside one chunk
+        while vec > 1 and (block_time < vec or block_rows * block_time < 32 * num_warps * vec):
+            vec //= 2
+    vec = _override.vec or vec
     max_registers = _register_cap(split_max_registers if split and not time_major and segment_chunks == 1 else None)
     walk_ahead = True if _override.prefetch is None else _override.prefetch
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
@@ -596,7 +594,7 @@ def gae(
     heavier = truncateds is not None or bootstrap_values is not None
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
-                      max_warps=16 if heavier else 8, walk_split=_GAE_BOOTSTRAP_WALK if heavier else _GAE_WALK)
+                      max_warps=16 if heavier else 8, walk_split=_GAE_WALK)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -631,12 +629,12 @@ def vtrace(
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
     element_bytes = _element_bytes(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds,
                                    bootstrap_values, targets)
-    # a float32 split over a single row tile (one chain of look-backs) takes 2048-step chunks read in
-    # 4-step vectors instead of 512 steps one by one: on an H200, 1x2^24 374-381 us -> 308-313 us in
-    # two runs (8 rows: 241-245 -> 276 us, so several row tiles keep the default)
+    # a float32 split over a single row tile (one chain of look-backs) that does not walk takes
+    # 2048-step chunks instead of 512: on an H200, 1x2^24 374-381 us -> 308-313 us in two runs (8 rows:
+    # 241-245 -> 276 us, so several row tiles keep the default)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
-                      one_row_tile_split=(_SPLIT_BLOCK_TIME, _FLOAT32_VEC) if element_bytes == 4 else None,
+                      one_row_tile_split=_SPLIT_BLOCK_TIME if element_bytes == 4 else None,
                       walk_split=_VTRACE_WALK)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
@@ -785,7 +783,13 @@ def episodic_scan(
     num_rows, seq_len = inputs.shape
     dtype = _compute_dtype(inputs, seed_values)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False,
+                      element_bytes=_element_bytes(inputs, dones, seed_values, out),
                       split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK)
+    if plan.split and not _override.vec:
+        # A forward scan's loads ascend, so Triton reads its steps in vectors anyway; split in time it
+        # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
+        # eligibility traces 8x2^21 73 -> 66-69, 8x131072 29 -> 26; benchmarks/results/h200-2026-11-30-run7-*)
+        plan = dataclasses.replace(plan, vec=1)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, inputs.device)
     _launch(
         episodic_scan_kernel, plan.grid,
@@ -794,7 +798,7 @@ def episodic_scan(
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
-        HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, PREFETCH=plan.prefetch,
+        HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, PREFETCH=plan.prefetch, VEC=plan.vec,
         **_meta(plan, dtype, walk=True),
     )
 

@@ -7,11 +7,12 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_window,
     claim_segment,
-    last_column,
+    last_step,
     load_chunk,
     load_episode_flags,
+    per_step,
     redo_advance,
-    scan,
+    scan_chunk,
     store_chunk,
     tile_rows,
     walk_lookback,
@@ -38,8 +39,8 @@ def next_state_value(
         value_next += load_chunk(bootstrap_ptr, rows, row_ok, s_boot_row, chunk, s_boot_time, seq_len, 0.0, DTYPE,
                                  BLOCK_ROWS, BLOCK_TIME, VEC, True)
     if BOOTSTRAP == 1:
-        is_last = (steps == seq_len - 1)[None, :]
-        value_next += tl.where(is_last, last_value[:, None], tl.zeros_like(value_next))
+        is_last = tl.expand_dims(steps == seq_len - 1, 0)
+        value_next += tl.where(is_last, per_step(last_value, VEC), tl.zeros_like(value_next))
     return value_next
 
 
@@ -78,12 +79,12 @@ def gae_chunk(
     delta = reward + discount * (1.0 - terminated) * value_next - value
     decay = trace_decay * (1.0 - tl.maximum(terminated, truncated))
     # steps past the end of the sequence are identity steps (0, 1) of the recurrence
-    scan_a, scan_b = scan(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0))
-    chunk_a, chunk_b = last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME)
+    scan_a, scan_b = scan_chunk(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0), True, VEC)
+    chunk_a, chunk_b = last_step(scan_a, BLOCK_TIME, True, VEC), last_step(scan_b, BLOCK_TIME, True, VEC)
     if LOOKBACK:
         carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, chunk_a, chunk_b,
                             carry, BLOCK_ROWS, WINDOW)
-    store_chunk(advantages_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, scan_a + scan_b * carry[:, None],
+    store_chunk(advantages_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, scan_a + scan_b * per_step(carry, VEC),
                 BLOCK_ROWS, BLOCK_TIME, VEC, True)
     return chunk_a, chunk_b, carry
 
@@ -110,7 +111,7 @@ def gae_kernel(
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     walk_decay = tl.full([BLOCK_ROWS], 1, DTYPE)
-    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, True, VEC=VEC)
     reward, value, terminated, truncated, value_next = gae_chunk_inputs(
         rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
         s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
@@ -119,7 +120,7 @@ def gae_kernel(
     for i in range(my_chunks):
         if PREFETCH:
             next_chunk, next_steps, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME,
-                                                             True, end)
+                                                             True, end, VEC)
             next_inputs = gae_chunk_inputs(
                 rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
                 s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
@@ -140,7 +141,7 @@ def gae_kernel(
             status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
             walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
-            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True, VEC=VEC)
             reward, value, terminated, truncated, value_next = gae_chunk_inputs(
                 rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
                 s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,

@@ -12,9 +12,10 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_window,
     claim_work,
-    last_column,
+    last_step,
     load_chunk,
-    scan,
+    per_step,
+    scan_chunk,
     store_chunk,
     tile_rows,
 )
@@ -47,14 +48,14 @@ def linear_recurrence_kernel(
                                 BLOCK_TIME, VEC, BACKWARD)
             next_b = load_chunk(b_ptr, rows, row_ok, s_b_row, next_chunk, s_b_time, seq_len, 1.0, DTYPE, BLOCK_ROWS,
                                 BLOCK_TIME, VEC, BACKWARD)
-        scan_a, scan_b = scan(a, b)
+        scan_a, scan_b = scan_chunk(a, b, BACKWARD, VEC)
         if SPLIT:
             carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
-                                last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME), carry,
+                                last_step(scan_a, BLOCK_TIME, BACKWARD, VEC), last_step(scan_b, BLOCK_TIME, BACKWARD, VEC), carry,
                                 BLOCK_ROWS, WINDOW)
-        x = scan_a + scan_b * carry[:, None]
+        x = scan_a + scan_b * per_step(carry, VEC)
         store_chunk(out_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, x, BLOCK_ROWS, BLOCK_TIME, VEC,
                     BACKWARD)
-        carry = last_column(x, BLOCK_TIME)
+        carry = last_step(x, BLOCK_TIME, BACKWARD, VEC)
         if PREFETCH:
             a, b, chunk = next_a, next_b, next_chunk

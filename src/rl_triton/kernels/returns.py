@@ -11,11 +11,12 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_window,
     claim_segment,
-    last_column,
+    last_step,
     load_chunk,
     load_episode_flags,
+    per_step,
     redo_advance,
-    scan,
+    scan_chunk,
     store_chunk,
     tile_rows,
     walk_lookback,
@@ -62,12 +63,12 @@ def returns_chunk(
         inputs += value_weight * not_done * next_value
     if HAS_TRUNCATED and HAS_BOOTSTRAP:
         inputs += discount * truncated * bootstrap
-    scan_a, scan_b = scan(tl.where(mask, inputs, 0.0), tl.where(mask, trace_decay * not_done, 1.0))
-    chunk_a, chunk_b = last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME)
+    scan_a, scan_b = scan_chunk(tl.where(mask, inputs, 0.0), tl.where(mask, trace_decay * not_done, 1.0), True, VEC)
+    chunk_a, chunk_b = last_step(scan_a, BLOCK_TIME, True, VEC), last_step(scan_b, BLOCK_TIME, True, VEC)
     if LOOKBACK:
         carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, chunk_a, chunk_b,
                             carry, BLOCK_ROWS, WINDOW)
-    store_chunk(returns_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, scan_a + scan_b * carry[:, None],
+    store_chunk(returns_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, scan_a + scan_b * per_step(carry, VEC),
                 BLOCK_ROWS, BLOCK_TIME, VEC, True)
     return chunk_a, chunk_b, carry
 
@@ -96,7 +97,7 @@ def returns_kernel(
         last = rows * s_boot_row + tl.cast(seq_len - 1, tl.int64) * s_boot_time
         carry = tl.load(bootstrap_ptr + last, mask=row_ok & (order == 0), other=0.0).to(DTYPE)
     walk_decay = tl.full([BLOCK_ROWS], 1, DTYPE)
-    chunk, _, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    chunk, _, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, True, VEC=VEC)
     inputs, terminated, truncated, next_value, bootstrap = returns_chunk_inputs(
         rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
         s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
@@ -104,7 +105,7 @@ def returns_kernel(
         HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
     for i in range(my_chunks):
         if PREFETCH:
-            next_chunk, _, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True, end)
+            next_chunk, _, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, True, end, VEC)
             next_inputs = returns_chunk_inputs(
                 rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
                 s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
@@ -126,7 +127,7 @@ def returns_kernel(
             status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
             walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
-            chunk, _, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            chunk, _, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True, VEC=VEC)
             inputs, terminated, truncated, next_value, bootstrap = returns_chunk_inputs(
                 rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
                 s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,

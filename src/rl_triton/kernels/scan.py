@@ -53,21 +53,46 @@ def combine_with_previous(a_first, b_first, pa_first, pb_first, a_second, b_seco
 
 
 @triton.jit
-def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr):
+def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl.constexpr = 1):
     """int64 time indices of a chunk in processing order: descending for backward recurrences.
 
-    Backward recurrences are scanned forward over time-reversed tiles: Triton's reverse scan is
-    markedly slower on GPUs than a forward scan over the same data.
+    Backward recurrences are scanned forward over time-reversed tiles: Triton's reverse scan across
+    threads is markedly slower on GPUs than a forward scan over the same data. With VEC > 1 the
+    indices are [groups, VEC]: groups in processing order, each of VEC contiguous steps in memory
+    order (a thread's vector), scanned inside the thread in either direction.
     """
-    lanes = tl.arange(0, BLOCK_TIME)
-    if BACKWARD:
-        lanes = BLOCK_TIME - 1 - lanes
-    return tl.cast(chunk, tl.int64) * BLOCK_TIME + lanes
+    if VEC == 1:
+        lanes = tl.arange(0, BLOCK_TIME)
+        if BACKWARD:
+            lanes = BLOCK_TIME - 1 - lanes
+        return tl.cast(chunk, tl.int64) * BLOCK_TIME + lanes
+    else:
+        groups = tl.arange(0, BLOCK_TIME // VEC)[:, None]
+        lanes = tl.arange(0, VEC)[None, :]
+        if BACKWARD:
+            groups = BLOCK_TIME // VEC - 1 - groups
+        return tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC + lanes
+
+
+@triton.jit
+def per_step(row_values, VEC: tl.constexpr):
+    """A per-row vector shaped to broadcast over a chunk tile ([rows, time] or [rows, groups, VEC])."""
+    if VEC == 1:
+        return row_values[:, None]
+    else:
+        return row_values[:, None, None]
+
+
+@triton.jit
+def step_mask(row_ok, steps, seq_len, VEC: tl.constexpr):
+    """In-range mask of a chunk tile: rows in range and steps in [0, seq_len)."""
+    in_time = (steps >= 0) & (steps < seq_len)
+    return per_step(row_ok, VEC) & tl.expand_dims(in_time, 0)
 
 
 @triton.jit
 def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr,
-                 end=None):
+                 end=None, VEC: tl.constexpr = 1):
     """Chunk index, time indices (processing order) and in-range mask of the chunk at ``position``.
 
     Positions past the last chunk, or at or past ``end`` (the end of a program's segment), give an
@@ -79,9 +104,8 @@ def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr
         chunk = num_chunks - 1 - position
     else:
         chunk = position
-    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD)
-    mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
-    return chunk, steps, mask
+    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
+    return chunk, steps, step_mask(row_ok, steps, seq_len, VEC)
 
 
 @triton.jit
@@ -96,6 +120,95 @@ def scan_with_previous(a, b):
     pa = tl.zeros_like(a)
     pb = tl.full(b.shape, 1, b.dtype)
     return tl.associative_scan((a, b, pa, pb), 1, combine_with_previous)
+
+
+@triton.jit
+def scan_group(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+    """In-thread scan of each group of a [rows, groups, VEC] tile (steps in memory order).
+
+    Returns the maps of every step's x and of the x processed just before it, from the carry into
+    the group (inclusive a, b; exclusive a, b), and each group's whole map as [rows, groups] (a, b).
+    Steps are paired by ``tl.split`` (which renames registers: Triton's reverse scan would reverse
+    the lanes of every register, and a scan over the whole tile would cross threads), pairs are
+    scanned recursively, then each pair's steps are filled in.
+    """
+    first_a, second_a = tl.split(tl.reshape(a, [a.shape[0], a.shape[1], VEC // 2, 2]))
+    first_b, second_b = tl.split(tl.reshape(b, [b.shape[0], b.shape[1], VEC // 2, 2]))
+    if BACKWARD:
+        # the later step of a pair is processed first
+        early_a, early_b, late_a, late_b = second_a, second_b, first_a, first_b
+    else:
+        early_a, early_b, late_a, late_b = first_a, first_b, second_a, second_b
+    # the pair's map: the early step, then the late one
+    pair_a = late_a + late_b * early_a
+    pair_b = early_b * late_b
+    if VEC == 2:
+        total_a = tl.reshape(pair_a, [a.shape[0], a.shape[1]])
+        total_b = tl.reshape(pair_b, [b.shape[0], b.shape[1]])
+        into_a = tl.zeros_like(pair_a)
+        into_b = tl.full(pair_b.shape, 1, pair_b.dtype)
+    else:
+        _, _, into_a, into_b, total_a, total_b = scan_group(pair_a, pair_b, BACKWARD, VEC // 2)
+    # x of the early step from the carry into its pair, then x of the late step from that
+    early_inc_a = early_a + early_b * into_a
+    early_inc_b = early_b * into_b
+    late_inc_a = late_a + late_b * early_inc_a
+    late_inc_b = late_b * early_inc_b
+    if BACKWARD:
+        inc_a = tl.reshape(tl.join(late_inc_a, early_inc_a), a.shape)
+        inc_b = tl.reshape(tl.join(late_inc_b, early_inc_b), b.shape)
+        exc_a = tl.reshape(tl.join(early_inc_a, into_a), a.shape)
+        exc_b = tl.reshape(tl.join(early_inc_b, into_b), b.shape)
+    else:
+        inc_a = tl.reshape(tl.join(early_inc_a, late_inc_a), a.shape)
+        inc_b = tl.reshape(tl.join(early_inc_b, late_inc_b), b.shape)
+        exc_a = tl.reshape(tl.join(into_a, early_inc_a), a.shape)
+        exc_b = tl.reshape(tl.join(into_b, early_inc_b), b.shape)
+    return inc_a, inc_b, exc_a, exc_b, total_a, total_b
+
+
+@triton.jit
+def group_carries(total_a, total_b):
+    """Maps (PA, PB) of the carry into each group, from the groups' maps ([rows, groups], in
+    processing order): carry into group g = PA[g] + PB[g] * (carry into the chunk), as [rows, groups, 1]."""
+    _, _, into_a, into_b = scan_with_previous(total_a, total_b)
+    return into_a[:, :, None], into_b[:, :, None]
+
+
+@triton.jit
+def scan_chunk(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+    """``scan`` of a chunk tile. Grouped tiles (VEC > 1) scan each thread's group in registers, then
+    the groups' maps across threads: one cross-thread scan over BLOCK_TIME / VEC groups instead of
+    one over every step."""
+    if VEC == 1:
+        return scan(a, b)
+    else:
+        a, b, _, _, total_a, total_b = scan_group(a, b, BACKWARD, VEC)
+        into_a, into_b = group_carries(total_a, total_b)
+        return a + b * into_a, b * into_b
+
+
+@triton.jit
+def scan_chunk_with_previous(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+    """``scan_with_previous`` of a chunk tile (grouped tiles as in ``scan_chunk``)."""
+    if VEC == 1:
+        return scan_with_previous(a, b)
+    else:
+        a, b, pa, pb, total_a, total_b = scan_group(a, b, BACKWARD, VEC)
+        into_a, into_b = group_carries(total_a, total_b)
+        return a + b * into_a, b * into_b, pa + pb * into_a, pb * into_b
+
+
+@triton.jit
+def last_step(x, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+    """Per row, the element of a chunk tile processed last (``last_column`` of grouped tiles too)."""
+    if VEC == 1:
+        return last_column(x, BLOCK_TIME)
+    else:
+        groups = tl.arange(0, BLOCK_TIME // VEC)[None, :, None]
+        lanes = tl.arange(0, VEC)[None, None, :]
+        last = (groups == BLOCK_TIME // VEC - 1) & (lanes == (0 if BACKWARD else VEC - 1))
+        return tl.sum(tl.sum(tl.where(last, x, tl.zeros_like(x)), axis=2), axis=1)
 
 
 @triton.jit
@@ -266,67 +379,18 @@ def store_tile(ptr, rows, row_stride, steps, time_stride, values, mask):
 
 
 @triton.jit
-def flip_pairs(x):
-    """Reverse the last axis, of size 2, in registers."""
-    first, second = tl.split(x)
-    return tl.join(second, first)
-
-
-@triton.jit
-def flip_groups(x, BLOCK_ROWS: tl.constexpr, GROUPS: tl.constexpr, VEC: tl.constexpr):
-    """Reverse the last axis (VEC = 1, 2, 4 or 8) of a [BLOCK_ROWS, GROUPS, VEC] tile.
-
-    Each thread holds whole groups, so split/join only rename registers (tl.flip does not).
-    Element 2h + l of a group is split on l; reversing h within each half and swapping the halves
-    reverses the group.
-    """
-    if VEC == 1:
-        return x
-    elif VEC == 2:
-        return flip_pairs(x)
-    elif VEC == 4:
-        even, odd = tl.split(tl.reshape(x, [BLOCK_ROWS, GROUPS, 2, 2]))
-        return tl.reshape(tl.join(flip_pairs(odd), flip_pairs(even)), [BLOCK_ROWS, GROUPS, 4])
-    else:
-        even, odd = tl.split(tl.reshape(x, [BLOCK_ROWS, GROUPS, 4, 2]))
-        even = flip_groups(even, BLOCK_ROWS, GROUPS, 4)
-        odd = flip_groups(odd, BLOCK_ROWS, GROUPS, 4)
-        return tl.reshape(tl.join(odd, even), [BLOCK_ROWS, GROUPS, 8])
-
-
-@triton.jit
-def memory_steps(chunk, shift, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr):
-    """[GROUPS, VEC] time indices of a backward chunk: groups from the end, steps ascending inside.
-
-    Reversed into processing order by flip_groups, this is chunk_steps(chunk, BLOCK_TIME, True),
-    but every group is contiguous in memory, so its loads and stores are vectorised.
-    """
-    groups = tl.arange(0, BLOCK_TIME // VEC)
-    lanes = tl.arange(0, VEC)
-    first = tl.cast(chunk, tl.int64) * BLOCK_TIME + BLOCK_TIME + shift
-    return first - (groups[:, None] + 1) * VEC + lanes[None, :]
-
-
-@triton.jit
 def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE: tl.constexpr,
                BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
                SHIFT: tl.constexpr = 0, FLAG: tl.constexpr = False):
-    """A [rows, time] tile of ``chunk`` in processing order, of time steps shifted by SHIFT.
+    """A chunk tile in processing order (``chunk_steps``' shape), of time steps shifted by SHIFT.
 
     Steps outside [0, seq_len) read ``other``. FLAG tiles (bool, integer or float storage) become
-    0/1: any non-zero value is set. Backward chunks with VEC > 1 load groups of VEC contiguous
-    steps and reverse them in registers, so the loads are vectorised.
+    0/1: any non-zero value is set. Grouped tiles (VEC > 1) hold contiguous steps per thread, so
+    their loads are vectorised in either scan direction.
     """
-    if BACKWARD and VEC > 1:
-        steps = memory_steps(chunk, SHIFT, BLOCK_TIME, VEC)
-        mask = row_ok[:, None, None] & ((steps >= 0) & (steps < seq_len))[None, :, :]
-        values = tl.load(ptr + rows[:, None, None] * row_stride + steps[None, :, :] * time_stride, mask=mask,
-                         other=other)
-        values = tl.reshape(flip_groups(values, BLOCK_ROWS, BLOCK_TIME // VEC, VEC), [BLOCK_ROWS, BLOCK_TIME])
-    else:
-        steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD) + SHIFT
-        mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
-        values = tl.load(ptr + rows[:, None] * row_stride + steps[None, :] * time_stride, mask=mask, other=other)
+    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC) + SHIFT
+    mask = step_mask(row_ok, steps, seq_len, VEC)
+    values = tl.load(ptr + per_step(rows * row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride, mask=mask, other=other)
     if FLAG:
         return (values != 0).to(DTYPE)
     return values.to(DTYPE)
@@ -350,15 +414,8 @@ def load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, 
 @triton.jit
 def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, values,
                 BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr):
-    """Store a [rows, time] tile given in processing order (the inverse of load_chunk)."""
-    values = values.to(ptr.dtype.element_ty)
-    if BACKWARD and VEC > 1:
-        steps = memory_steps(chunk, 0, BLOCK_TIME, VEC)
-        mask = row_ok[:, None, None] & ((steps >= 0) & (steps < seq_len))[None, :, :]
-        values = flip_groups(tl.reshape(values, [BLOCK_ROWS, BLOCK_TIME // VEC, VEC]), BLOCK_ROWS,
-                             BLOCK_TIME // VEC, VEC)
-        tl.store(ptr + rows[:, None, None] * row_stride + steps[None, :, :] * time_stride, values, mask=mask)
-    else:
-        steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD)
-        mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
-        tl.store(ptr + rows[:, None] * row_stride + steps[None, :] * time_stride, values, mask=mask)
+    """Store a chunk tile given in processing order (the inverse of load_chunk)."""
+    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
+    mask = step_mask(row_ok, steps, seq_len, VEC)
+    tl.store(ptr + per_step(rows * row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride,
+             values.to(ptr.dtype.element_ty), mask=mask)

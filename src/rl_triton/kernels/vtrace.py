@@ -8,10 +8,11 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_window,
     claim_segment,
-    last_column,
+    last_step,
     load_chunk,
+    per_step,
     redo_advance,
-    scan_with_previous,
+    scan_chunk_with_previous,
     store_chunk,
     tile_rows,
     walk_lookback,
@@ -55,13 +56,14 @@ def vtrace_chunk(
     not_done = 1.0 - tl.maximum(terminated, truncated)
     delta = rho * (reward + discount * value_next * (1.0 - terminated) - value)
     decay = discount * trace * not_done
-    scan_a, scan_b, next_a, next_b = scan_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0))
-    chunk_a, chunk_b = last_column(scan_a, BLOCK_TIME), last_column(scan_b, BLOCK_TIME)
+    scan_a, scan_b, next_a, next_b = scan_chunk_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0),
+                                                              True, VEC)
+    chunk_a, chunk_b = last_step(scan_a, BLOCK_TIME, True, VEC), last_step(scan_b, BLOCK_TIME, True, VEC)
     if LOOKBACK:
         carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, chunk_a, chunk_b,
                             carry, BLOCK_ROWS, WINDOW)
-    correction = scan_a + scan_b * carry[:, None]
-    correction_next = next_a + next_b * carry[:, None]
+    correction = scan_a + scan_b * per_step(carry, VEC)
+    correction_next = next_a + next_b * per_step(carry, VEC)
     # vs[t+1] - v_next[t] = correction[t+1] wherever vs[t+1] is used (not done), and the
     # last column uses bootstrap values for both, so A[t] = delta[t] + rho*gamma*(1-done)*correction[t+1]
     advantage = delta + rho * discount * not_done * correction_next
@@ -97,7 +99,7 @@ def vtrace_kernel(
         last_value = tl.load(bootstrap_ptr + rows * s_boot_row, mask=row_ok, other=0.0).to(DTYPE)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     walk_decay = tl.full([BLOCK_ROWS], 1, DTYPE)
-    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, True, VEC=VEC)
     log_target, log_behavior, reward, value, terminated, truncated, value_next = vtrace_chunk_inputs(
         log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
         last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
@@ -106,7 +108,7 @@ def vtrace_kernel(
     for i in range(my_chunks):
         if PREFETCH:
             next_chunk, next_steps, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME,
-                                                             True, end)
+                                                             True, end, VEC)
             next_inputs = vtrace_chunk_inputs(
                 log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr,
                 bootstrap_ptr, last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time,
@@ -129,7 +131,7 @@ def vtrace_kernel(
             status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
             walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
-            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True)
+            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, True, VEC=VEC)
             log_target, log_behavior, reward, value, terminated, truncated, value_next = vtrace_chunk_inputs(
                 log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr,
                 bootstrap_ptr, last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time,
