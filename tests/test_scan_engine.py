@@ -1,0 +1,72 @@
+"""The scan engine's chunk scans, alone: every tile layout and direction against a float64 loop.
+
+A chunk tile is either [rows, time] (one step per thread position, VEC = 1) or grouped,
+[rows, groups, VEC] with each group's steps in memory order. ``scan_chunk_with_previous`` must
+give, for every step, x and the x processed just before it, as maps of the carry into the chunk,
+and ``last_step`` the x processed last; padded steps (a = 0, b = 1) pass the carry through.
+"""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from conftest import DEVICE
+from rl_triton.kernels.scan import last_step, load_chunk, per_step, scan_chunk, scan_chunk_with_previous, store_chunk
+
+ROWS = 2
+
+
+@triton.jit
+def chunk_scan_kernel(a_ptr, b_ptr, carry_ptr, x_ptr, previous_ptr, plain_ptr, last_ptr, seq_len,
+                      BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr):
+    rows = tl.arange(0, 2).to(tl.int64)
+    row_ok = rows < 2
+    a = load_chunk(a_ptr, rows, row_ok, BLOCK_TIME, 0, 1, seq_len, 0.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD)
+    b = load_chunk(b_ptr, rows, row_ok, BLOCK_TIME, 0, 1, seq_len, 1.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD)
+    carry = per_step(tl.load(carry_ptr + rows), VEC)
+    scan_a, scan_b, previous_a, previous_b = scan_chunk_with_previous(a, b, BACKWARD, VEC)
+    x = scan_a + scan_b * carry
+    store_chunk(x_ptr, rows, row_ok, BLOCK_TIME, 0, 1, seq_len, x, 2, BLOCK_TIME, VEC, BACKWARD)
+    store_chunk(previous_ptr, rows, row_ok, BLOCK_TIME, 0, 1, seq_len, previous_a + previous_b * carry, 2,
+                BLOCK_TIME, VEC, BACKWARD)
+    plain_a, plain_b = scan_chunk(a, b, BACKWARD, VEC)
+    store_chunk(plain_ptr, rows, row_ok, BLOCK_TIME, 0, 1, seq_len, plain_a + plain_b * carry, 2, BLOCK_TIME, VEC,
+                BACKWARD)
+    tl.store(last_ptr + rows, last_step(x, BLOCK_TIME, BACKWARD, VEC))
+
+
+def loop(a, b, carry, seq_len, backward):
+    """x, the x processed before each step, and the last x, by the recurrence step by step."""
+    x, previous = torch.zeros_like(a), torch.zeros_like(a)
+    current = carry.clone()
+    for t in range(seq_len - 1, -1, -1) if backward else range(seq_len):
+        previous[:, t] = current
+        current = a[:, t] + b[:, t] * current
+        x[:, t] = current
+    return x[:, :seq_len], previous[:, :seq_len], current
+
+
+@pytest.mark.parametrize("backward", [True, False], ids=["backward", "forward"])
+@pytest.mark.parametrize("vec", [1, 2, 4, 8])
+@pytest.mark.parametrize("block_time, seq_len", [(16, 16), (32, 29), (64, 1)])
+def test_chunk_scans_match_the_loop(backward, vec, block_time, seq_len):
+    gen = torch.Generator().manual_seed(block_time * 100 + seq_len * 10 + vec)
+    a = torch.randn(ROWS, block_time, generator=gen, dtype=torch.float64)
+    # decays in [0, 1.5), some exactly zero (an episode end)
+    b = torch.rand(ROWS, block_time, generator=gen, dtype=torch.float64) * 1.5
+    b[:, 3] = 0.0
+    carry = torch.randn(ROWS, generator=gen, dtype=torch.float64)
+    a, b, carry = a.to(DEVICE), b.to(DEVICE), carry.to(DEVICE)
+    x, previous, plain = (torch.full_like(a, float("nan")) for _ in range(3))
+    last = torch.full_like(carry, float("nan"))
+    chunk_scan_kernel[(1,)](a, b, carry, x, previous, plain, last, seq_len, BLOCK_TIME=block_time, VEC=vec,
+                            BACKWARD=backward)
+    want_x, want_previous, want_last = loop(a.cpu(), b.cpu(), carry.cpu(), seq_len, backward)
+    torch.testing.assert_close(x[:, :seq_len].cpu(), want_x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(plain[:, :seq_len].cpu(), want_x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(previous[:, :seq_len].cpu(), want_previous, rtol=1e-12, atol=1e-12)
+    # padded steps carry x through unchanged, so the last step processed holds the chunk's carry out
+    torch.testing.assert_close(last.cpu(), want_last, rtol=1e-12, atol=1e-12)
+    # steps past seq_len are not written
+    assert torch.isnan(x[:, seq_len:]).all()
