@@ -144,8 +144,8 @@ def graph_time_ms(fn, sets: list) -> float:
 def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
     ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
-    thread (``r0``: no cap), ``p0``/``p1`` programs that walk several chunks do not / do load the next
-    one ahead, ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
+    thread (``r0``: no cap), ``p0``/``p1`` Retrace's programs that walk several chunks do not / do load
+    the next one ahead (the other kernels always do), ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
     chunk per program)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]

@@ -74,7 +74,7 @@ TILE_CASES = [
     pytest.param({"block_rows": 4, "block_time": 16, "split": True}, 5, 17, id="r4t16-split-5x17"),
     # fewer steps than one chunk while splitting is forced
     pytest.param({"block_rows": 2, "block_time": 16, "split": True}, 2, 1, id="r2t16-split-2x1"),
-    # backward chunks loaded as groups of 2-8 contiguous steps, reversed in registers
+    # grouped tiles: groups of 2-8 contiguous steps per thread, scanned in registers, in either direction
     pytest.param({"block_rows": 2, "block_time": 16, "split": False, "vec": 4}, 3, 200, id="r2t16v4-loop-3x200"),
     pytest.param({"block_rows": 1, "block_time": 32, "split": True, "vec": 8}, 2, 101, id="r1t32v8-split-2x101"),
     pytest.param({"block_rows": 4, "block_time": 8, "split": False, "vec": 2}, 5, 23, id="r4t8v2-loop-5x23"),

@@ -118,3 +118,12 @@ def test_retrace_programs_that_walk_chunks(monkeypatch):
     assert split["SPLIT"] and "maxnreg" not in split
     with _launch.tile_override(prefetch=True):
         assert retrace_launch_meta(monkeypatch, 18)["PREFETCH"]
+
+
+def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
+    # the other kernels' loops take each next chunk from the load ahead, so the override leaves them loading
+    with _launch.tile_override(prefetch=False):
+        rows = _launch.plan_tiles(4096, 4096, False, CPU, heavy=False, element_bytes=4)
+        assert rows.num_chunks > 1 and rows.prefetch
+        assert not retrace_launch_meta(monkeypatch, 4)["PREFETCH"]
+    assert retrace_launch_meta(monkeypatch, 4)["PREFETCH"]

@@ -156,7 +156,8 @@ class TilePlan:
     vec: int
     # a register cap per thread (ptxas .maxnreg), None: the compiler's choice
     max_registers: int | None = None
-    # whether programs that walk several chunks load each next chunk ahead
+    # whether programs that walk several chunks load each next chunk ahead: always, but for Retrace's
+    # (the other kernels' loops take their next chunk from the load ahead)
     walk_ahead: bool = True
     # chunks per program of a time split (more than one: walked segments)
     segment_chunks: int = 1
@@ -215,8 +216,9 @@ def tile_override(
     """Force tile sizes (powers of two) and whether time is split across programs.
 
     For tests (multi-chunk and look-back paths at small sizes) and tuning; None keeps the heuristic.
-    ``max_registers`` caps registers per thread (0: no cap); ``prefetch=False`` stops programs that
-    walk several chunks from loading the next one ahead; ``walk_programs``: a split of a kernel that
+    ``max_registers`` caps registers per thread (0: no cap); ``prefetch=False`` stops Retrace's programs
+    that walk several chunks from loading the next one ahead (``True`` makes them, where the plan
+    would not; the other kernels' programs always load ahead); ``walk_programs``: a split of a kernel that
     walks segments makes about this many programs per multiprocessor (0: one chunk per program).
     """
     global _override
@@ -394,9 +396,8 @@ def _plan(
             vec //= 2
     vec = _override.vec or vec
     max_registers = _register_cap(split_max_registers if split and not time_major and segment_chunks == 1 else None)
-    walk_ahead = True if _override.prefetch is None else _override.prefetch
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, walk_ahead, segment_chunks)
+                    max_registers, True, segment_chunks)
 
 
 def _register_cap(default: int | None) -> int | None:
@@ -707,7 +708,7 @@ def retrace(
         num_warps = max(1, min(4, tile // 32))
     num_warps = _override.num_warps or num_warps
     # Retrace's time-split programs hold ~160-250 registers per thread and are not capped at 64
-    max_registers, walk_ahead = None, plan.walk_ahead
+    max_registers, walk_ahead = None, _override.prefetch is not False
     if not plan.split and not time_major and dtype == torch.float32:
         if group <= _RETRACE_SMALL_GROUP:
             max_registers = _RETRACE_MAX_REGISTERS
