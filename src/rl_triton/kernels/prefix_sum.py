@@ -9,25 +9,27 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
-    chunk_carry,
-    chunk_window,
     claim_segment,
-    last_step,
     load_chunk,
     per_step,
-    redo_advance,
     scan_chunk,
+    scan_program,
     store_chunk,
     tile_rows,
-    walk_lookback,
 )
 
 
 @triton.jit
-def episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row, s_dones_time,
-                          rows, row_ok, chunk, seq_len, RESET_AFTER_FLAG: tl.constexpr, DTYPE: tl.constexpr,
-                          BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr):
-    """The loads of one chunk: inputs and the reset flag of each step."""
+def episodic_load(args, CONSTS: tl.constexpr, chunk, steps):
+    """The loads of one chunk (``kernels/scan.py``: ``scan_program``): inputs and each step's reset flag."""
+    RESET_AFTER_FLAG: tl.constexpr = CONSTS[0]
+    DTYPE: tl.constexpr = CONSTS[1]
+    BLOCK_ROWS: tl.constexpr = CONSTS[2]
+    BLOCK_TIME: tl.constexpr = CONSTS[3]
+    VEC: tl.constexpr = CONSTS[4]
+    pointers, strides, _, rows, row_ok, seq_len = args
+    inputs_ptr, dones_ptr, _ = pointers
+    s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, _, _ = strides
     inputs = load_chunk(inputs_ptr, rows, row_ok, s_inputs_row, chunk, s_inputs_time, seq_len, 0.0, DTYPE,
                         BLOCK_ROWS, BLOCK_TIME, VEC, False)
     # "ends_at": the flag of the previous step resets (done[-1] := 0)
@@ -38,20 +40,23 @@ def episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_
 
 
 @triton.jit
-def episodic_chunk(inputs, reset, mask, carry, step_decay, out_ptr, status_ptr, aggregate_ptr, prefix_ptr, row_tile,
-                   order, num_chunks, rows, row_ok, s_out_row, s_out_time, chunk, seq_len, LOOKBACK: tl.constexpr,
-                   BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
-    """Outputs of one chunk from its inputs and the carry into it (LOOKBACK: the carry comes from the
-    look-back instead). Returns the chunk's map (a, b): carry out = a + b * carry in, and the carry in."""
-    scan_a, scan_b = scan_chunk(tl.where(mask, inputs, 0.0), tl.where(mask, step_decay * (1.0 - reset), 1.0), False,
-                                VEC)
-    chunk_a, chunk_b = last_step(scan_a, BLOCK_TIME, False, VEC), last_step(scan_b, BLOCK_TIME, False, VEC)
-    if LOOKBACK:
-        carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, chunk_a, chunk_b,
-                            carry, BLOCK_ROWS, WINDOW)
-    store_chunk(out_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, scan_a + scan_b * per_step(carry, VEC),
-                BLOCK_ROWS, BLOCK_TIME, VEC, False)
-    return chunk_a, chunk_b, carry
+def episodic_scan(args, CONSTS: tl.constexpr, inputs, mask):
+    """One chunk scanned: (A, B) with x = A + B * carry in."""
+    VEC: tl.constexpr = CONSTS[4]
+    values, reset = inputs
+    return scan_chunk(tl.where(mask, values, 0.0), tl.where(mask, args[2] * (1.0 - reset), 1.0), False, VEC)
+
+
+@triton.jit
+def episodic_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
+    """The outputs of one chunk, from the carry into it."""
+    BLOCK_ROWS: tl.constexpr = CONSTS[2]
+    BLOCK_TIME: tl.constexpr = CONSTS[3]
+    VEC: tl.constexpr = CONSTS[4]
+    pointers, strides, _, rows, row_ok, seq_len = args
+    scan_a, scan_b = scanned
+    store_chunk(pointers[2], rows, row_ok, strides[4], chunk, strides[5], seq_len,
+                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False)
 
 
 @triton.jit
@@ -66,46 +71,16 @@ def episodic_scan_kernel(
     DTYPE: tl.constexpr, VEC: tl.constexpr,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
-    end = first + my_chunks
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    step_decay = tl.cast(decay, DTYPE)
     # x[-1] = seed; a walked segment other than the first in time starts from zero
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_SEED:
         carry = tl.load(seed_ptr + rows * s_seed_row, mask=row_ok & (order == 0), other=0.0).to(DTYPE)
-    walk_decay = tl.full([BLOCK_ROWS], 1, DTYPE)
-    chunk, _, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, False, VEC=VEC)
-    inputs, reset = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
-                                          s_dones_time, rows, row_ok, chunk, seq_len, RESET_AFTER_FLAG, DTYPE,
-                                          BLOCK_ROWS, BLOCK_TIME, VEC)
-    for i in range(my_chunks):
-        if PREFETCH:
-            next_chunk, _, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME, False,
-                                                    end, VEC)
-            next_inputs = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
-                                                s_dones_time, rows, row_ok, next_chunk, seq_len, RESET_AFTER_FLAG,
-                                                DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
-        chunk_a, chunk_b, carry = episodic_chunk(inputs, reset, mask, carry, step_decay, out_ptr, status_ptr,
-                                                 aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, rows,
-                                                 row_ok, s_out_row, s_out_time, chunk, seq_len, SPLIT and not WALK,
-                                                 BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-        carry = chunk_a + chunk_b * carry
-        walk_decay *= chunk_b
-        if PREFETCH:
-            inputs, reset = next_inputs
-            chunk, mask = next_chunk, next_mask
-    if WALK:
-        # redo the segment's first chunks with the true carry until their carry out is the one the walk used
-        carry, walked_carry, position, pending = walk_lookback(
-            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
-            walk_decay, BLOCK_ROWS, WINDOW)
-        while pending:
-            chunk, _, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, False, VEC=VEC)
-            inputs, reset = episodic_chunk_inputs(inputs_ptr, dones_ptr, s_inputs_row, s_inputs_time, s_dones_row,
-                                                  s_dones_time, rows, row_ok, chunk, seq_len, RESET_AFTER_FLAG,
-                                                  DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
-            chunk_a, chunk_b, carry = episodic_chunk(inputs, reset, mask, carry, step_decay, out_ptr, status_ptr,
-                                                     aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, rows,
-                                                     row_ok, s_out_row, s_out_time, chunk, seq_len, False,
-                                                     BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+    args = (
+        (inputs_ptr, dones_ptr, out_ptr), (s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_out_row, s_out_time),
+        tl.cast(decay, DTYPE), rows, row_ok, seq_len,
+    )
+    scan_program(episodic_load, episodic_scan, episodic_store, args,
+                 (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), carry, row_tile, order, first, my_chunks,
+                 num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
+                 PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)

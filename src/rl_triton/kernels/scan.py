@@ -254,6 +254,76 @@ def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT:
 
 
 @triton.jit
+def scan_chunk_and_store(scan_fn, store_fn, args, CONSTS: tl.constexpr, inputs, mask, chunk, carry,
+                         status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
+                         LOOKBACK: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                         BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
+    """One chunk of a kernel: its scan, the carry into it (LOOKBACK: by look-back), its outputs.
+
+    Returns the chunk's map (a, b), carry out = a + b * carry in, and the carry in.
+    """
+    scanned = scan_fn(args, CONSTS, inputs, mask)
+    chunk_a = last_step(scanned[0], BLOCK_TIME, BACKWARD, VEC)
+    chunk_b = last_step(scanned[1], BLOCK_TIME, BACKWARD, VEC)
+    if LOOKBACK:
+        carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, chunk_a, chunk_b,
+                            carry, BLOCK_ROWS, WINDOW)
+    store_fn(args, CONSTS, inputs, scanned, carry, chunk)
+    return chunk_a, chunk_b, carry
+
+
+@triton.jit
+def scan_program(load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, row_tile, order, first, my_chunks,
+                 num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr,
+                 SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BACKWARD: tl.constexpr,
+                 BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
+    """Every chunk of a program (claimed by ``claim_segment``), from ``carry`` into its first chunk.
+
+    A kernel gives three functions of its ``args`` tuple and ``CONSTS`` (a tuple of compile-time
+    values): ``load_fn(args, CONSTS, chunk, steps)`` reads a chunk's inputs (a tuple);
+    ``scan_fn(args, CONSTS, inputs, mask)`` scans them into a tuple that starts with the chunk's maps
+    (A, B), x = A + B * (carry into the chunk); ``store_fn(args, CONSTS, inputs, scanned, carry,
+    chunk)`` writes the chunk's outputs from its true carry. Programs of several chunks (PREFETCH)
+    load each next chunk before scanning the current one; other programs hold one chunk (a split's, or
+    a row of one chunk). A walked segment (WALK) is walked from a zero carry, then looked back over
+    and its first chunks redone (``walk_lookback``).
+    """
+    end = first + my_chunks
+    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
+    inputs = load_fn(args, CONSTS, chunk, steps)
+    if PREFETCH:
+        walk_decay = tl.full(carry.shape, 1, carry.dtype)
+        for i in range(my_chunks):
+            # Triton does not pipeline loads into registers: issue the next chunk's before this one's work
+            next_chunk, next_steps, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME,
+                                                             BACKWARD, end, VEC)
+            next_inputs = load_fn(args, CONSTS, next_chunk, next_steps)
+            chunk_a, chunk_b, carry = scan_chunk_and_store(
+                scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
+                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+            carry = chunk_a + chunk_b * carry
+            walk_decay *= chunk_b
+            inputs = next_inputs
+            chunk, steps, mask = next_chunk, next_steps, next_mask
+    else:
+        scan_chunk_and_store(scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr,
+                             prefix_ptr, row_tile, order, num_chunks, SPLIT, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW,
+                             VEC)
+    if WALK:
+        # redo the segment's first chunks with the true carry until their carry out is the one the walk used
+        carry, walked_carry, position, pending = walk_lookback(
+            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
+            walk_decay, BLOCK_ROWS, WINDOW)
+        while pending:
+            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
+            inputs = load_fn(args, CONSTS, chunk, steps)
+            chunk_a, chunk_b, carry = scan_chunk_and_store(
+                scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
+                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+
+
+@triton.jit
 def walk_lookback(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first,
                   walk_carry, walk_decay, BLOCK_ROWS: tl.constexpr, WINDOW: tl.constexpr):
     """The look-back over segments after a walk, and the start of the redo of the segment's head.
