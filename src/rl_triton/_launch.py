@@ -121,8 +121,9 @@ _WALK_WARPS = 4
 # programs per multiprocessor (1024 and 4: 68 / 64), with truncations and bootstrap values 84 / 80 (1024
 # and 3: 71 / 70); V-trace 85 / 80 with 512 and 6 (512 and 3: 73 / 74; 8 do not fit its 80 registers);
 # lambda-returns 85 / 80 with 512 and 4; discounted returns 73 / 66 with 1024 and 4; eligibility traces
-# and prefix sums (step by step, see episodic_scan) 71-73 / 65-66 with 512 and 8. Registers per thread (ptxas, sm_90) bound the programs that fit: GAE 56,
-# lambda-returns 53, eligibility traces 46, discounted returns 72 (1024 steps), V-trace 80.
+# and prefix sums (step by step, see episodic_scan) 71-73 / 65-66 with 512 and 8. Registers per
+# thread (ptxas, sm_90) bound the programs that fit: GAE 56, lambda-returns 53, eligibility traces
+# 46, discounted returns 72 (1024 steps), V-trace 80.
 _GAE_WALK = (512, 8)
 _DISCOUNTED_WALK = (1024, 4)
 _LAMBDA_WALK = (512, 4)
