@@ -54,7 +54,7 @@ def rollout(num_rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
 
 def layout_variants(d: dict) -> dict:
     """Time-major float32 copies and bf16 values with uint8 flags, for the layout/dtype rows."""
-    tm = {k: d[k].t().contiguous() for k in ("r", "v", "term", "lt", "lb")}
+    tm = {k: d[k].t().contiguous() for k in ("r", "v", "term", "trunc", "boot", "lt", "lb")}
     low = {k: d[k].to(torch.bfloat16) for k in ("r", "v", "lt", "lb", "last")}
     low["term"] = d["term"].to(torch.uint8)
     return {"tm": tm, "low": low}
@@ -97,6 +97,12 @@ def calls(d: dict) -> dict:
         "eligibility": (lambda: rl_triton.compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95),
                         ["r", "term"], 1),
         "prefix_sum": (lambda: rl_triton.compute_episodic_prefix_sum(d["r"], d["term"]), ["r", "term"], 1),
+        "gae_trunc_time_major": (lambda: rl_triton.compute_gae(d["tm"]["r"], d["tm"]["v"], d["tm"]["term"], d["tm"]["trunc"],
+                                                               bootstrap_values=d["tm"]["boot"], time_dim=0),
+                                 ["r", "v", "term", "trunc", "boot"], 1),
+        "lambda_returns_time_major": (lambda: rl_triton.compute_lambda_returns(
+            d["tm"]["r"], d["tm"]["v"], d["tm"]["term"], d["tm"]["trunc"], bootstrap_values=d["tm"]["boot"], time_dim=0),
+                                      ["r", "v", "term", "trunc", "boot"], 1),
         "discounted_time_major": (lambda: rl_triton.compute_discounted_returns(d["tm"]["r"], d["tm"]["term"],
                                                                                time_dim=0), ["r", "term"], 1),
         "eligibility_time_major": (lambda: rl_triton.compute_eligibility_traces(d["tm"]["r"], d["tm"]["term"], 0.99,

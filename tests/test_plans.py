@@ -39,15 +39,38 @@ def test_time_major_tiles_follow_the_number_of_programs():
         return plan.block_rows, plan.block_time, plan.num_warps
 
     # at least 512 programs of 32 rows (V-trace: 256); of 16 rows; fewer: longer tiles (not for V-trace)
-    assert tile(16384) == tile(8192, heavy=True) == (32, 32, 4)
-    # V-trace from 16384 rows: half tiles, 2 warps
-    assert tile(16384, heavy=True) == (32, 16, 2)
+    assert tile(16384) == tile(8192, heavy=True) == tile(16384, heavy=True) == (32, 32, 4)
     assert tile(8192) == tile(16383) == tile(8191, heavy=True) == (16, 64, 4)
     assert tile(4096) == (16, 128, 4) and tile(4096, heavy=True) == (16, 64, 4)
-    assert tile(16384, seq_len=8) == (128, 8, 4) and tile(16384, seq_len=8, heavy=True) == (64, 8, 2)
+    assert tile(16384, seq_len=8) == tile(16384, seq_len=8, heavy=True) == (128, 8, 4)
     assert tile(2048) == (16, 128, 4) and _launch.plan_tiles(2047, 4096, True, CPU, heavy=False).split
     retrace = _launch.plan_tiles(16384, 512, True, CPU, heavy=True, time_major_tile=_launch.RETRACE_TIME_MAJOR_TILE)
     assert (retrace.block_rows, retrace.block_time, retrace.num_warps) == (128, 16, 4)
+
+
+def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
+    def tile(launcher, *inputs):
+        seen = {}
+        monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
+        launcher(*inputs)
+        assert not seen["SPLIT"] and seen.get("VEC", 1) == 1
+        return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]
+
+    def time_major(rows, seq_len=64):
+        return torch.zeros(seq_len, rows).t()
+
+    # from 16384 rows each kernel takes its own tile (rows, steps, warps); fewer rows: by the programs made
+    x, flags, out = time_major(16384), time_major(16384), time_major(16384)
+    assert tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (32, 32, 2)
+    assert tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None) == (16, 32, 1)
+    assert tile(_launch.vtrace, out, time_major(16384), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None,
+                x[:, 0]) == (32, 16, 2)
+    assert tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (32, 32, 2)
+    assert tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x) == (32, 32, 2)
+    assert tile(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (32, 32, 2)
+    assert tile(_launch.linear_recurrence, out, x, x, None, True) == (32, 32, 4)
+    fewer = time_major(16383)
+    assert tile(_launch.gae, fewer, fewer, fewer, fewer, None, 0.99, 0.95, None, fewer[:, 0]) == (16, 64, 4)
 
 
 def test_time_split_chunks_by_kernel(monkeypatch):

@@ -72,6 +72,16 @@ _MIN_TILE_ELEMENTS = 128
 # 23.4% split -> 41.0%, V-trace 38.6 -> 43.4, GAE 38.7 -> 37.7), while 1024 rows still gain from the
 # split (GAE 19.6 -> 27.7; -run5-time-major-split.txt). Retrace's per-action tiles keep 128 x 16
 # and the split below 8192 rows (its actions already give each step several lanes).
+# From 16384 rows, each kernel takes the tile measured best for it (float32, % of the copy bandwidth at
+# 16384x512 / 32768x256 against 32 x 32 with 4 warps; benchmarks/results/h200-2026-11-30-run8-time-major-*.txt):
+# with 2 warps, GAE 59-62 / 63 -> 68-69 / 64, lambda-returns 83 / 83 -> 88 / 83, discounted returns 55-57 /
+# 60 -> 66-71 / 61, eligibility traces 56-58 / 59 -> 65-66 / 73, prefix sums 58 / 59 -> 66 / 74; GAE with
+# truncations or bootstrap values 71 / 72 -> 79 / 77 with 16 x 32 and 1 warp (62 / 61 with 32 x 32 and 2).
+# The gradient kernels and the plain recurrence were not measured there and keep 32 x 32 with 4 warps.
+_TIME_MAJOR_MANY_ROWS = 16384
+_LIGHT_TIME_MAJOR_MANY_ROWS = (32, 32, 2)
+_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS = (16, 32, 1)
+_VTRACE_TIME_MAJOR_MANY_ROWS = (32, 16, 2)
 _TIME_MAJOR_PROGRAMS = 512
 _TIME_MAJOR_TILE_ELEMENTS = 1024
 _TIME_MAJOR_UNSPLIT_ROWS = 2048
@@ -254,6 +264,7 @@ def plan_tiles(
     split_max_registers: int | None = _SPLIT_MAX_REGISTERS,
     one_row_tile_split: int | None = None,
     walk_split: tuple[int, int] | None = None,
+    time_major_many_rows: tuple[int, int, int] | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -270,9 +281,12 @@ def plan_tiles(
     ``walk_split``: (chunk steps, programs per multiprocessor) of walked segments, for kernels that can
     walk a segment of several chunks per program of a split (time-major splits walk tiles of
     ``_TIME_MAJOR_WALK_TILE`` instead of that chunk length).
+    ``time_major_many_rows``: (rows, steps, warps) of the time-major tiles of calls of at least
+    ``_TIME_MAJOR_MANY_ROWS`` rows, for kernels measured there (None: by the number of rows).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-            max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split)
+            max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
+            time_major_many_rows)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -284,18 +298,21 @@ def _default_plan(
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
-    walk_split: tuple[int, int] | None,
+    walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
-                 max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split)
+                 max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
+                 time_major_many_rows)
 
 
-def _time_major_tile(num_rows: int, heavy: bool) -> tuple[int, int, int, int]:
+def _time_major_tile(
+    num_rows: int, heavy: bool, many_rows_tile: tuple[int, int, int] | None
+) -> tuple[int, int, int, int]:
     """(rows, steps, fewest rows not split in time, warps) of a time-major tile, by the programs it makes."""
-    if heavy and num_rows >= 32 * _TIME_MAJOR_PROGRAMS:
-        # V-trace from 16384 rows: half tiles, half the warps
-        return 32, 16, _TIME_MAJOR_UNSPLIT_ROWS, 2
+    if many_rows_tile is not None and num_rows >= _TIME_MAJOR_MANY_ROWS:
+        tile_rows, tile_steps, tile_warps = many_rows_tile
+        return tile_rows, tile_steps, _TIME_MAJOR_UNSPLIT_ROWS, tile_warps
     programs = _TIME_MAJOR_PROGRAMS // 2 if heavy else _TIME_MAJOR_PROGRAMS
     tile_rows = 32 if num_rows >= 32 * programs else 16
     tile_steps = _TIME_MAJOR_TILE_ELEMENTS // tile_rows
@@ -309,7 +326,7 @@ def _plan(
     element_bytes: int | None, single_chunk_steps: int, max_warps: int,
     time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
-    walk_split: tuple[int, int] | None,
+    walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     walk_block_time, walk_programs = walk_split or (0, 0)
@@ -317,7 +334,8 @@ def _plan(
         walk_programs = _override.walk_programs
     segment_chunks = 1
     if time_major:
-        tile_rows, tile_steps, unsplit_rows, tile_warps = time_major_tile or _time_major_tile(num_rows, heavy)
+        tile_rows, tile_steps, unsplit_rows, tile_warps = (
+            time_major_tile or _time_major_tile(num_rows, heavy, time_major_many_rows))
         block_time = min(time_pow2, tile_steps)
         block_rows = min(rows_pow2, tile_rows * tile_steps // block_time)
         # too few rows leave too few loads in flight: split time as well
@@ -596,7 +614,8 @@ def gae(
     heavier = truncateds is not None or bootstrap_values is not None
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
-                      max_warps=16 if heavier else 8, walk_split=_GAE_WALK)
+                      max_warps=16 if heavier else 8, walk_split=_GAE_WALK,
+                      time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -637,7 +656,7 @@ def vtrace(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
                       one_row_tile_split=_SPLIT_BLOCK_TIME if element_bytes == 4 else None,
-                      walk_split=_VTRACE_WALK)
+                      walk_split=_VTRACE_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
@@ -757,7 +776,8 @@ def returns(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, split_block_time=_LIGHT_SPLIT_BLOCK_TIME if discounted else None,
                       split_max_registers=None if discounted else _SPLIT_MAX_REGISTERS,
-                      walk_split=_DISCOUNTED_WALK if discounted else _LAMBDA_WALK)
+                      walk_split=_DISCOUNTED_WALK if discounted else _LAMBDA_WALK,
+                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
@@ -786,7 +806,8 @@ def episodic_scan(
     dtype = _compute_dtype(inputs, seed_values)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False,
                       element_bytes=_element_bytes(inputs, dones, seed_values, out),
-                      split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK)
+                      split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK,
+                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS)
     if plan.split and not _override.vec:
         # A forward scan's loads ascend, so Triton reads its steps in vectors anyway; split in time it
         # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
