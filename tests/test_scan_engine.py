@@ -3,8 +3,7 @@
 A chunk tile is either [rows, time] (one step per thread position, VEC = 1) or grouped,
 [rows, groups, VEC] with each group's steps in memory order. ``scan_chunk_with_previous`` must
 give, for every step, x and the x processed just before it, as maps of the carry into the chunk,
-and ``last_step`` (``last_maps`` for both maps at once) the x processed last; padded steps (a = 0,
-b = 1) pass the carry through. ``shifted_chunk`` moves a loaded tile one step in time.
+and ``last_step`` the x processed last; padded steps (a = 0, b = 1) pass the carry through.
 """
 
 import pytest
@@ -13,22 +12,13 @@ import triton
 import triton.language as tl
 
 from conftest import DEVICE
-from rl_triton.kernels.scan import (
-    last_maps,
-    last_step,
-    load_chunk,
-    per_step,
-    scan_chunk,
-    scan_chunk_with_previous,
-    shifted_chunk,
-    store_chunk,
-)
+from rl_triton.kernels.scan import last_step, load_chunk, per_step, scan_chunk, scan_chunk_with_previous, store_chunk
 
 ROWS = 2
 
 
 @triton.jit
-def chunk_scan_kernel(a_ptr, b_ptr, carry_ptr, x_ptr, previous_ptr, plain_ptr, last_ptr, maps_ptr, seq_len,
+def chunk_scan_kernel(a_ptr, b_ptr, carry_ptr, x_ptr, previous_ptr, plain_ptr, last_ptr, seq_len,
                       BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr):
     rows = tl.arange(0, 2).to(tl.int64)
     row_ok = rows < 2
@@ -44,9 +34,6 @@ def chunk_scan_kernel(a_ptr, b_ptr, carry_ptr, x_ptr, previous_ptr, plain_ptr, l
     store_chunk(plain_ptr, rows, row_ok, BLOCK_TIME, 0, 1, seq_len, plain_a + plain_b * carry, 2, BLOCK_TIME, VEC,
                 BACKWARD)
     tl.store(last_ptr + rows, last_step(x, BLOCK_TIME, BACKWARD, VEC))
-    last_a, last_b = last_maps(scan_a, scan_b, BLOCK_TIME, BACKWARD, VEC)
-    tl.store(maps_ptr + rows, last_a)
-    tl.store(maps_ptr + 2 + rows, last_b)
 
 
 def loop(a, b, carry, seq_len, backward):
@@ -73,8 +60,7 @@ def test_chunk_scans_match_the_loop(backward, vec, block_time, seq_len):
     a, b, carry = a.to(DEVICE), b.to(DEVICE), carry.to(DEVICE)
     x, previous, plain = (torch.full_like(a, float("nan")) for _ in range(3))
     last = torch.full_like(carry, float("nan"))
-    maps = torch.full((2 * ROWS,), float("nan"), dtype=torch.float64, device=DEVICE)
-    chunk_scan_kernel[(1,)](a, b, carry, x, previous, plain, last, maps, seq_len, BLOCK_TIME=block_time, VEC=vec,
+    chunk_scan_kernel[(1,)](a, b, carry, x, previous, plain, last, seq_len, BLOCK_TIME=block_time, VEC=vec,
                             BACKWARD=backward)
     want_x, want_previous, want_last = loop(a.cpu(), b.cpu(), carry.cpu(), seq_len, backward)
     torch.testing.assert_close(x[:, :seq_len].cpu(), want_x, rtol=1e-12, atol=1e-12)
@@ -82,48 +68,5 @@ def test_chunk_scans_match_the_loop(backward, vec, block_time, seq_len):
     torch.testing.assert_close(previous[:, :seq_len].cpu(), want_previous, rtol=1e-12, atol=1e-12)
     # padded steps carry x through unchanged, so the last step processed holds the chunk's carry out
     torch.testing.assert_close(last.cpu(), want_last, rtol=1e-12, atol=1e-12)
-    # the chunk's map: carry out = A + B * carry in (B is the product of the decays)
-    chunk_a, chunk_b = maps[:ROWS].cpu(), maps[ROWS:].cpu()
-    torch.testing.assert_close(chunk_a + chunk_b * carry.cpu(), want_last, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(chunk_b, b.cpu()[:, :seq_len].prod(dim=1), rtol=1e-12, atol=0.0)
     # steps past seq_len are not written
     assert torch.isnan(x[:, seq_len:]).all()
-
-
-@triton.jit
-def shifted_chunk_kernel(x_ptr, out_ptr, seq_len, chunk, SHIFT: tl.constexpr, BLOCK_TIME: tl.constexpr,
-                         VEC: tl.constexpr, BACKWARD: tl.constexpr, FLAG: tl.constexpr):
-    rows = tl.arange(0, 2).to(tl.int64)
-    row_ok = rows < 2
-    x = load_chunk(x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD,
-                   FLAG=FLAG)
-    y = shifted_chunk(x, x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC,
-                      BACKWARD, SHIFT, FLAG)
-    store_chunk(out_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, y, 2, BLOCK_TIME, VEC, BACKWARD)
-
-
-@pytest.mark.parametrize("shift", [1, -1])
-@pytest.mark.parametrize("backward", [True, False], ids=["backward", "forward"])
-@pytest.mark.parametrize("vec", [1, 2, 4, 8])
-@pytest.mark.parametrize("flag", [False, True], ids=["values", "flags"])
-def test_shifted_chunk_is_the_tile_one_step_along(shift, backward, vec, flag):
-    # three chunks of 16 steps, the last one ragged; outside [0, seq_len) a shifted step reads `other`
-    block_time, seq_len = 16, 37
-    gen = torch.Generator().manual_seed(vec * 10 + shift + 3 * backward + 7 * flag)
-    x = torch.randn(ROWS, seq_len, generator=gen, dtype=torch.float64)
-    if flag:
-        x = (x > 0.5).to(torch.float64) * torch.randint(1, 5, x.shape, generator=gen)
-    want = torch.full_like(x, -7.0)
-    source = (x != 0).to(torch.float64) if flag else x
-    if shift > 0:
-        want[:, :-1] = source[:, 1:]
-    else:
-        want[:, 1:] = source[:, :-1]
-    if flag:
-        want[want == -7.0] = 1.0  # `other` read as a flag is set
-    x = x.to(DEVICE)
-    out = torch.full_like(x, float("nan"))
-    for chunk in range(triton.cdiv(seq_len, block_time)):
-        shifted_chunk_kernel[(1,)](x, out, seq_len, chunk, SHIFT=shift, BLOCK_TIME=block_time, VEC=vec,
-                                   BACKWARD=backward, FLAG=flag)
-    torch.testing.assert_close(out.cpu(), want, rtol=0.0, atol=0.0)

@@ -10,7 +10,6 @@ from rl_triton.kernels.scan import (
     per_step,
     scan_chunk,
     scan_program,
-    shifted_chunk,
     store_chunk,
     tile_rows,
 )
@@ -23,13 +22,13 @@ BOOTSTRAP_FULL = 2
 
 @triton.jit
 def next_state_value(
-    value, values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time, last_value,
+    values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time, last_value,
     rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
 ):
-    """v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t], values[T] := 0 (``value``: values[t])."""
-    value_next = shifted_chunk(value, values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0,
-                               DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
+    """v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t], values[T] := 0."""
+    value_next = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
+                            BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
     if HAS_TRUNCATED:
         value_next = value_next * (1.0 - truncated)
     if BOOTSTRAP == 2:
@@ -58,7 +57,7 @@ def gae_chunk_inputs(
                                                s_trunc_row, s_trunc_time, chunk, seq_len, HAS_TRUNCATED, DTYPE,
                                                BLOCK_ROWS, BLOCK_TIME, VEC, True)
     value_next = next_state_value(
-        value, values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
+        values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
         last_value, rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
     )
     return reward, value, terminated, truncated, value_next

@@ -14,7 +14,6 @@ from rl_triton.kernels.scan import (
     per_step,
     scan_chunk,
     scan_program,
-    shifted_chunk,
     store_chunk,
     tile_rows,
 )
@@ -33,14 +32,10 @@ def episodic_load(args, CONSTS: tl.constexpr, chunk, steps):
     s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, _, _ = strides
     inputs = load_chunk(inputs_ptr, rows, row_ok, s_inputs_row, chunk, s_inputs_time, seq_len, 0.0, DTYPE,
                         BLOCK_ROWS, BLOCK_TIME, VEC, False)
-    # "ends_at": the flag of the previous step resets (done[-1] := 0); step by step it is loaded
-    # shifted, grouped it is moved in registers from the flags of the chunk's own steps
-    shift: tl.constexpr = -1 if RESET_AFTER_FLAG and VEC == 1 else 0
+    # "ends_at": the flag of the previous step resets (done[-1] := 0)
+    shift: tl.constexpr = -1 if RESET_AFTER_FLAG else 0
     reset = load_chunk(dones_ptr, rows, row_ok, s_dones_row, chunk, s_dones_time, seq_len, 0, DTYPE,
                        BLOCK_ROWS, BLOCK_TIME, VEC, False, SHIFT=shift, FLAG=True)
-    if RESET_AFTER_FLAG and VEC > 1:
-        reset = shifted_chunk(reset, dones_ptr, rows, row_ok, s_dones_row, chunk, s_dones_time, seq_len, 0, DTYPE,
-                              BLOCK_ROWS, BLOCK_TIME, VEC, False, SHIFT=-1, FLAG=True)
     return inputs, reset
 
 

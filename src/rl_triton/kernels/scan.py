@@ -220,33 +220,6 @@ def last_step(x, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl.const
 
 
 @triton.jit
-def add_pairs(a_first, b_first, a_second, b_second):
-    return a_first + a_second, b_first + b_second
-
-
-@triton.jit
-def last_maps(a, b, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl.constexpr):
-    """``last_step`` of the two maps of a scanned chunk (a, b), in one reduction across threads.
-
-    Sums of the one selected element and zeros (exact); the two values share the reduction's
-    shuffles' rounds and its one exchange through shared memory (two reductions take two, each
-    behind barriers).
-    """
-    if VEC == 1:
-        last = (tl.arange(0, BLOCK_TIME) == BLOCK_TIME - 1)[None, :]
-        a = tl.where(last, a, tl.zeros_like(a))
-        b = tl.where(last, b, tl.zeros_like(b))
-    else:
-        groups = tl.arange(0, BLOCK_TIME // VEC)[None, :, None]
-        lanes = tl.arange(0, VEC)[None, None, :]
-        last = (groups == BLOCK_TIME // VEC - 1) & (lanes == (0 if BACKWARD else VEC - 1))
-        # the steps of a group lie in one thread: this sum is in registers
-        a = tl.sum(tl.where(last, a, tl.zeros_like(a)), axis=2)
-        b = tl.sum(tl.where(last, b, tl.zeros_like(b)), axis=2)
-    return tl.reduce((a, b), 1, add_pairs)
-
-
-@triton.jit
 def last_column(x, BLOCK_TIME: tl.constexpr):
     """x[:, BLOCK_TIME - 1] of a [rows, time] tile, the last step in processing order."""
     lanes = tl.arange(0, BLOCK_TIME)
@@ -290,7 +263,8 @@ def scan_chunk_and_store(scan_fn, store_fn, args, CONSTS: tl.constexpr, inputs, 
     Returns the chunk's map (a, b), carry out = a + b * carry in, and the carry in.
     """
     scanned = scan_fn(args, CONSTS, inputs, mask)
-    chunk_a, chunk_b = last_maps(scanned[0], scanned[1], BLOCK_TIME, BACKWARD, VEC)
+    chunk_a = last_step(scanned[0], BLOCK_TIME, BACKWARD, VEC)
+    chunk_b = last_step(scanned[1], BLOCK_TIME, BACKWARD, VEC)
     if LOOKBACK:
         carry = chunk_carry(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, chunk_a, chunk_b,
                             carry, BLOCK_ROWS, WINDOW)
@@ -498,54 +472,6 @@ def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other
     if FLAG:
         return (values != 0).to(DTYPE)
     return values.to(DTYPE)
-
-
-@triton.jit
-def shift_group(x, edge, SHIFT: tl.constexpr, N: tl.constexpr):
-    """Each group of a [rows, groups, N] tile moved one step along memory order, by ``tl.split`` and
-    ``tl.join`` (renamed registers): [x1, ..., x(N-1), edge] for SHIFT = 1, [edge, x0, ..., x(N-2)]
-    for SHIFT = -1, with ``edge`` [rows, groups, 1] the step just past the group on that side."""
-    even, odd = tl.split(tl.reshape(x, [x.shape[0], x.shape[1], N // 2, 2]))
-    if SHIFT > 0:
-        # new even positions: the odd steps; new odd positions: the even steps moved by one
-        if N == 2:
-            moved = edge
-        else:
-            moved = shift_group(even, edge, SHIFT, N // 2)
-        pairs = tl.join(odd, moved)
-    else:
-        if N == 2:
-            moved = edge
-        else:
-            moved = shift_group(odd, edge, SHIFT, N // 2)
-        pairs = tl.join(moved, even)
-    return tl.reshape(pairs, [x.shape[0], x.shape[1], N])
-
-
-@triton.jit
-def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE: tl.constexpr,
-                  BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
-                  SHIFT: tl.constexpr, FLAG: tl.constexpr = False):
-    """``load_chunk(..., SHIFT=SHIFT)`` given ``x``, the same chunk unshifted: grouped tiles take all
-    but one step of each group from ``x`` and load only the step just past the group (one scalar per
-    thread and group instead of VEC, whose shifted addresses could not be loaded as one vector)."""
-    if VEC == 1:
-        return load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE,
-                          BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, SHIFT=SHIFT, FLAG=FLAG)
-    else:
-        groups = tl.arange(0, BLOCK_TIME // VEC)[:, None]
-        if BACKWARD:
-            groups = BLOCK_TIME // VEC - 1 - groups
-        edge_offset: tl.constexpr = VEC if SHIFT > 0 else -1
-        edge_steps = tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC + edge_offset
-        mask = step_mask(row_ok, edge_steps, seq_len, VEC)
-        edge = tl.load(ptr + per_step(rows * row_stride, VEC) + tl.expand_dims(edge_steps, 0) * time_stride,
-                       mask=mask, other=other)
-        if FLAG:
-            edge = (edge != 0).to(DTYPE)
-        else:
-            edge = edge.to(DTYPE)
-        return shift_group(x, edge, SHIFT, VEC)
 
 
 @triton.jit
