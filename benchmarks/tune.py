@@ -54,9 +54,14 @@ def rollout(num_rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
 
 def layout_variants(d: dict) -> dict:
     """Time-major float32 copies and bf16 values with uint8 flags, for the layout/dtype rows."""
-    tm = {k: d[k].t().contiguous() for k in ("r", "v", "term", "trunc", "boot", "lt", "lb")}
-    low = {k: d[k].to(torch.bfloat16) for k in ("r", "v", "lt", "lb", "last")}
+    tm = {k: d[k].t().contiguous() for k in ("r", "v", "term", "trunc", "boot", "lt", "lb", "pb", "act")}
+    low = {k: d[k].to(torch.bfloat16) for k in ("r", "v", "lt", "lb", "last", "pb")}
     low["term"] = d["term"].to(torch.uint8)
+    low["trunc"] = d["trunc"].to(torch.uint8)
+    low["act"] = d["act"]
+    if d["pt"] is not None:
+        tm.update({k: d[k].transpose(0, 1).contiguous() for k in ("pt", "nq")})
+        low.update({k: d[k].to(torch.bfloat16) for k in ("pt", "nq")})
     return {"tm": tm, "low": low}
 
 
@@ -90,6 +95,12 @@ def calls(d: dict) -> dict:
         "retrace4": (lambda: rl_triton.compute_retrace(d["pt"], d["pb"], d["v"], d["nq"], d["act"], d["r"], d["term"],
                                                        d["trunc"], 0.99, 0.95),
                      ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 2),
+        "retrace_time_major": (lambda: rl_triton.compute_retrace(
+            d["tm"]["pt"], d["tm"]["pb"], d["tm"]["v"], d["tm"]["nq"], d["tm"]["act"], d["tm"]["r"], d["tm"]["term"],
+            d["tm"]["trunc"], 0.99, 0.95, time_dim=0), ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 2),
+        "retrace_bf16_u8": (lambda: rl_triton.compute_retrace(
+            d["low"]["pt"], d["low"]["pb"], d["low"]["v"], d["low"]["nq"], d["low"]["act"], d["low"]["r"], d["low"]["term"],
+            d["low"]["trunc"], 0.99, 0.95), ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 1),
         "lambda_returns": (lambda: rl_triton.compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
                                                                     bootstrap_values=d["boot"]),
                            ["r", "v", "term", "trunc", "boot"], 1),
@@ -151,7 +162,7 @@ def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
     ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
     thread (``r0``: no cap), ``p0``/``p1`` Retrace's programs that walk several chunks do not / do load
-    the next one ahead (the other kernels always do), ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
+    the next one ahead (the other kernels always do), ``o1``/``o0`` Retrace in one pass / two passes, ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
     chunk per program)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
@@ -168,6 +179,8 @@ def plan_override(plan: str) -> dict:
             kw["max_registers"] = int(token[1:])
         elif token in ("p0", "p1"):
             kw["prefetch"] = token == "p1"
+        elif token in ("o0", "o1"):
+            kw["retrace_one_pass"] = token == "o1"
         elif token.startswith("m"):
             kw["walk_programs"] = int(token[1:])
     return kw
@@ -188,7 +201,7 @@ def main() -> None:
     rows = []
     for name in args.estimators.split(","):
         for num_rows, seq_len in shapes:
-            num_actions = {"retrace": 18, "retrace4": 4}.get(name, 0)
+            num_actions = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace_bf16_u8": 18}.get(name, 0)
             elements = num_rows * seq_len
             if num_actions and elements * num_actions > 2**28:
                 continue

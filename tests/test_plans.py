@@ -1,5 +1,6 @@
 """Tile plans: the rules the H200 measurements in benchmarks/NOTES.md chose, kept from drifting."""
 
+import pytest
 import torch
 
 from rl_triton import _launch
@@ -116,17 +117,54 @@ def test_batch_major_tiles_group_16_bytes_of_steps_per_thread():
     assert vec(4096, 512, 4, time_major=True) == 1 and vec(4096, 512, None) == 1
 
 
-def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: int = 600) -> dict:
-    """The compile options and constexprs Retrace's launcher picks (the launch itself is skipped)."""
+def retrace_launches(num_actions: int, rows: int, seq_len: int, out_dtype: torch.dtype,
+                     input_dtype: torch.dtype = torch.float32) -> dict:
+    """{kernel name: the compile options and constexprs} of the kernels Retrace's launcher would launch."""
     seen = {}
-    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
-    probs = torch.full((rows, seq_len, num_actions), 1.0 / num_actions)
+
+    def record(kernel, grid, *args, **meta):
+        seen[kernel.fn.__name__] = meta
+
+    probs = torch.full((rows, seq_len, num_actions), 1.0 / num_actions, dtype=input_dtype)
     shape = (rows, seq_len)
-    out = [torch.empty(shape), torch.empty(shape)]
-    _launch.retrace(*out, probs, torch.ones(shape), torch.zeros(shape), torch.zeros(rows, seq_len, num_actions),
-                    torch.zeros(shape, dtype=torch.int64), torch.zeros(shape), torch.zeros(shape), torch.zeros(shape),
-                    0.99, 0.95, 1.0, 1.0)
+    out = [torch.empty(shape, dtype=out_dtype), torch.empty(shape, dtype=out_dtype)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_launch, "_launch", record)
+        _launch.retrace(*out, probs, torch.ones(shape), torch.zeros(shape), torch.zeros(rows, seq_len, num_actions),
+                        torch.zeros(shape, dtype=torch.int64), torch.zeros(shape), torch.zeros(shape),
+                        torch.zeros(shape), 0.99, 0.95, 1.0, 1.0)
     return seen
+
+
+def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: int = 600) -> dict:
+    """The compile options and constexprs of Retrace's one-pass kernel (bf16 outputs take it)."""
+    return retrace_launches(num_actions, rows, seq_len, torch.bfloat16)["retrace_kernel"]
+
+
+def test_retrace_passes_by_output_dtype():
+    # outputs that hold the compute dtype take the two passes (the first pass's values stay exact in them)
+    two = ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert list(retrace_launches(4, 64, 600, torch.float32)) == two
+    assert list(retrace_launches(4, 64, 600, torch.float64)) == two
+    assert list(retrace_launches(4, 64, 600, torch.float64, torch.float64)) == two
+    assert list(retrace_launches(4, 64, 600, torch.float32, torch.float64)) == ["retrace_kernel"]
+    assert list(retrace_launches(4, 64, 600, torch.float16)) == ["retrace_kernel"]
+    with _launch.tile_override(retrace_one_pass=True):
+        assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_kernel"]
+    with _launch.tile_override(retrace_one_pass=False):
+        assert list(retrace_launches(4, 64, 600, torch.bfloat16)) == two
+
+
+def test_retrace_two_pass_plans():
+    # the first pass: pairs of actions across lanes, ~4096 values per tile; the second: V-trace's kind
+    # of tiles, rows of up to 4096 steps in one chunk of up to 16 warps
+    wide = retrace_launches(18, 4096, 4096, torch.float32)
+    assert (wide["retrace_actions_kernel"]["ACTION_LANES"], wide["retrace_actions_kernel"]["ACTION_PASSES"]) == (2, 16)
+    assert wide["retrace_actions_kernel"]["BLOCK_TIME"] == 128
+    scan = wide["retrace_scan_kernel"]
+    assert (scan["BLOCK_TIME"], scan["num_warps"], scan["SPLIT"], scan["VEC"]) == (4096, 16, False, 4)
+    few = retrace_launches(4, 16384, 512, torch.float32)["retrace_actions_kernel"]
+    assert (few["ACTION_LANES"], few["ACTION_PASSES"], few["BLOCK_ROWS"] * few["BLOCK_TIME"]) == (2, 2, 1024)
 
 
 def test_retrace_programs_that_walk_chunks(monkeypatch):

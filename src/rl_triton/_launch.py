@@ -23,7 +23,7 @@ from rl_triton._dispatch import interpreter_enabled
 from rl_triton.kernels.gae import BOOTSTRAP_FULL, BOOTSTRAP_LAST, BOOTSTRAP_NONE, gae_kernel
 from rl_triton.kernels.prefix_sum import episodic_scan_kernel
 from rl_triton.kernels.recurrence import linear_recurrence_kernel
-from rl_triton.kernels.retrace import retrace_kernel
+from rl_triton.kernels.retrace import retrace_actions_kernel, retrace_kernel, retrace_scan_kernel
 from rl_triton.kernels.returns import returns_kernel
 from rl_triton.kernels.vtrace import vtrace_kernel
 
@@ -205,6 +205,7 @@ class _Override:
     max_registers: int | None = None
     prefetch: bool | None = None
     walk_programs: int | None = None
+    retrace_one_pass: bool | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -223,6 +224,7 @@ def tile_override(
     max_registers: int | None = None,
     prefetch: bool | None = None,
     walk_programs: int | None = None,
+    retrace_one_pass: bool | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -230,12 +232,14 @@ def tile_override(
     ``max_registers`` caps registers per thread (0: no cap); ``prefetch=False`` stops Retrace's programs
     that walk several chunks from loading the next one ahead (``True`` makes them, where the plan
     would not; the other kernels' programs always load ahead); ``walk_programs``: a split of a kernel that
-    walks segments makes about this many programs per multiprocessor (0: one chunk per program).
+    walks segments makes about this many programs per multiprocessor (0: one chunk per program);
+    ``retrace_one_pass``: Retrace runs its one-pass kernel (True) or its two passes (False) whatever
+    the outputs' dtype (the tile sizes then apply to the pass that scans).
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs)
+                          walk_programs, retrace_one_pass)
     try:
         yield
     finally:
@@ -693,12 +697,33 @@ def retrace(
     *,
     action_lanes: int | None = None,
 ) -> None:
-    """Retrace targets and advantages; ``action_lanes`` overrides the lanes per action group (for tuning)."""
+    """Retrace targets and advantages; ``action_lanes`` overrides the lanes per action group (for tuning).
+
+    Two passes (``kernels/retrace.py``) where the outputs hold the compute dtype, so that they can keep
+    the first pass's values exactly; one pass otherwise.
+    """
     num_rows, seq_len, num_actions = action_probs_target.shape
     dtype = _compute_dtype(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards)
     # A few neighbouring actions per lane group of a warp (each load touches a few cache lines, each
     # sum over actions needs few shuffles); the rest of an action group of up to 32 sits in
     # registers as "passes".
+    if targets.stride() != advantages.stride():
+        raise RuntimeError("retrace outputs must share one layout")
+    one_pass = _override.retrace_one_pass
+    if one_pass is None:
+        one_pass = targets.element_size() < torch.empty(0, dtype=dtype).element_size()
+    if not one_pass:
+        # Pairs of neighbouring actions (8-byte loads) across a warp, the rest of a group of up to 32
+        # in registers. Measured on an H200, the first pass alone, % of the copy bandwidth (8, 4, 1
+        # lanes -> 2; benchmarks/results/h200-2026-11-30-run9-retrace-passes.txt): 18 actions 16384x512
+        # 74.6 / 83.9 / 40.1 -> 87.5, 64x16384 63.9 -> 73.0; 4 actions (4 lanes -> 2) 16384x512 86.7 ->
+        # 93.7, 4096x4096 70.8 -> 94.8, 8x2^21 70.2 -> 95.9.
+        lanes = action_lanes or min(triton.next_power_of_2(num_actions), _RETRACE_ACTIONS_LANES)
+        passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
+        _retrace_two_passes(targets, advantages, action_probs_target, action_probs_behavior, q_values,
+                            next_q_values_all, actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar,
+                            rho_bar, dtype, lanes, passes)
+        return
     lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
     passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
     group = lanes * passes
@@ -740,8 +765,6 @@ def retrace(
                                num_warps=num_warps, max_registers=_register_cap(max_registers),
                                walk_ahead=walk_ahead)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
-    if targets.stride() != advantages.stride():
-        raise RuntimeError("retrace outputs must share one layout")
     _launch(
         retrace_kernel, plan.grid,
         action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards,
@@ -754,6 +777,68 @@ def retrace(
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
         PREFETCH=plan.prefetch,
         ACTION_LANES=lanes, ACTION_PASSES=passes, MORE_ACTIONS=num_actions > lanes * passes, **_meta(plan, dtype),
+    )
+
+
+# A first-pass Retrace tile: about 4096 values of each per-action tensor (float64: 2048) per program
+# of 4 warps, at least 32 steps. Against 2048 and 8192 values, and 8 warps, on an H200 it was equal or
+# faster (18 actions 16384x512, % of the copy bandwidth: 74.6 against 74.5 and 59.7; -run9-retrace-passes).
+_RETRACE_ACTIONS_TILE_VALUES = 4096
+_RETRACE_ACTIONS_WARPS = 4
+_RETRACE_ACTIONS_LANES = 2
+
+
+def _retrace_two_passes(
+    targets: torch.Tensor, advantages: torch.Tensor, action_probs_target: torch.Tensor,
+    action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
+    actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
+    gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
+) -> None:
+    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``."""
+    num_rows, seq_len, num_actions = action_probs_target.shape
+    group = lanes * passes
+    rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
+    tile_values = _RETRACE_ACTIONS_TILE_VALUES // (2 if dtype == torch.float64 else 1)
+    tile_steps = max(32, tile_values // group)
+    if action_probs_target.stride(0) < action_probs_target.stride(1):
+        # [T, N, A] storage: a tile spans rows, whose actions lie next to each other
+        block_rows = min(rows_pow2, tile_steps)
+        block_time = min(time_pow2, tile_steps // block_rows)
+    else:
+        block_time = min(time_pow2, tile_steps)
+        block_rows = min(rows_pow2, tile_steps // block_time)
+    num_time_tiles = triton.cdiv(seq_len, block_time)
+    num_warps = max(1, min(_RETRACE_ACTIONS_WARPS, block_rows * block_time * group // 1024))
+    _launch(
+        retrace_actions_kernel, (triton.cdiv(num_rows, block_rows) * num_time_tiles,),
+        action_probs_target, next_q_values_all, action_probs_behavior, actions, targets, advantages,
+        num_rows, seq_len, num_actions, num_time_tiles,
+        *action_probs_target.stride(), *next_q_values_all.stride(), *action_probs_behavior.stride(),
+        *actions.stride(), *targets.stride(),
+        BLOCK_ROWS=block_rows, BLOCK_TIME=block_time, ACTION_LANES=lanes, ACTION_PASSES=passes,
+        MORE_ACTIONS=num_actions > group, DTYPE=_triton_dtype(dtype), num_warps=num_warps, num_stages=1,
+    )
+    # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
+    # takes V-trace's time-major tiles; a time split holds one chunk per program (a walked segment's
+    # redo would re-read chunks already overwritten). Measured on an H200, the second pass alone, % of
+    # the copy bandwidth (-run9-retrace-passes): rows of up to 4096 steps in one chunk with up to 16
+    # warps (4096x4096: 73-75 in 512-step chunks walked -> 94.4), split chunks of 2048 steps (8x2^21
+    # 45 -> 51-54 against 512; 64x16384 34 -> 38).
+    element_bytes = _element_bytes(q_values, rewards, terminateds, truncateds, targets)
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
+                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
+                      split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    _launch(
+        retrace_scan_kernel, plan.grid,
+        q_values, rewards, terminateds, truncateds, targets, advantages,
+        action_probs_target, action_probs_behavior, actions,
+        status, aggregates, prefixes, counter,
+        num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles,
+        *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
+        *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
+        *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
+        PREFETCH=plan.prefetch, VEC=plan.vec, **_meta(plan, dtype),
     )
 
 

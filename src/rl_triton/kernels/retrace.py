@@ -1,6 +1,18 @@
 """Retrace(lambda): prologue (expected next Q, traces c[t+1]) and epilogue (targets, advantages).
 
-Every input is read once. The per-action tensors are read as ``[rows, time, passes, lanes]``
+Two kernels compute it in two passes over the outputs' memory (the default where the outputs hold
+the compute dtype): ``retrace_actions_kernel`` reduces the per-action tensors, a streaming pass
+with no scan, and writes E_pi[Q(s_{t+1}, .)] into the targets and pi(a_t | s_t) / mu(a_t | s_t)
+into the advantages; ``retrace_scan_kernel`` then reads those two back with the per-step inputs
+and scans on the shared engine (``kernels/scan.py``: walked rows, grouped tiles, time splits with a
+look-back), overwriting them with the results. The ratio of step t+1 is read at t from the
+advantages inside a chunk (still the first pass's value: every program stores only the chunk it
+has loaded) and recomputed from the inputs at a chunk's edge, so no program reads a value another
+has overwritten. Nothing beyond the outputs is allocated. A time split does not walk segments:
+their redo re-reads chunks already overwritten.
+
+``retrace_kernel`` does it in one pass (for outputs narrower than the compute dtype, which could
+not hold the intermediate values exactly). Every input is read once. The per-action tensors are read as ``[rows, time, passes, lanes]``
 tiles: a warp reads ``ACTION_LANES`` neighbouring actions of a few steps at once (a few cache
 lines per load) and each thread keeps ``ACTION_PASSES`` such lane groups of its steps, so the sums
 over actions are mostly additions in registers (a warp spread over all actions of one step spends
@@ -17,11 +29,19 @@ import triton.language as tl
 from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
+    claim_segment,
     claim_work,
     last_column,
+    load_chunk,
+    load_episode_flags,
     load_flag,
     load_tile,
+    per_step,
+    scan_chunk_with_previous,
+    scan_program,
     scan_with_previous,
+    step_mask,
+    store_chunk,
     store_tile,
     tile_rows,
 )
@@ -254,3 +274,152 @@ def retrace_kernel(
         if PREFETCH:
             inputs = next_inputs
             steps, mask = next_steps, next_mask
+
+
+@triton.jit
+def retrace_actions_kernel(
+    probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
+    num_rows, seq_len, num_actions, num_time_tiles,
+    s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
+    s_act_row, s_act_time, s_out_row, s_out_time,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr,
+    MORE_ACTIONS: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """First pass: E_pi[Q(s_{t+1}, .)] = sum_a pi(a | s_t) Q(s_{t+1}, a) and pi(a_t | s_t) / mu(a_t | s_t) of
+    a [rows, steps] tile, into ``expected_ptr`` and ``ratio_ptr`` (NaN ratio: action index out of range)."""
+    tile = tl.program_id(0)
+    rows, row_ok = tile_rows(tile // num_time_tiles, num_rows, BLOCK_ROWS)
+    steps = tl.cast(tile % num_time_tiles, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
+    mask = row_ok[:, None] & (steps < seq_len)[None, :]
+    actions = tl.load(actions_ptr + rows[:, None] * s_act_row + steps[None, :] * s_act_time, mask=mask, other=0)
+    behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
+    in_range = (actions >= 0) & (actions < num_actions)
+    # in-range indices fit in int32 (whatever their storage type); -1 matches no action
+    taken_lane = tl.where(in_range, actions.to(tl.int32), -1)
+    expected_next_q = tl.zeros([BLOCK_ROWS, BLOCK_TIME], DTYPE)
+    taken = tl.zeros([BLOCK_ROWS, BLOCK_TIME], DTYPE)
+    group_size: tl.constexpr = ACTION_LANES * ACTION_PASSES
+    num_groups = tl.cdiv(num_actions, group_size) if MORE_ACTIONS else 1
+    for group in range(num_groups):
+        probs, next_q = load_action_tiles(
+            probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, next_q_ptr, s_nq_row, s_nq_time, s_nq_action,
+            rows, steps, mask, group * group_size, num_actions, ACTION_LANES, ACTION_PASSES,
+        )
+        weighted, picked = reduce_action_tiles(probs, next_q, taken_lane, group * group_size, ACTION_LANES,
+                                               ACTION_PASSES, DTYPE)
+        expected_next_q += weighted
+        taken += picked
+    ratio = tl.where(in_range, taken, float("nan")) / behavior
+    store_tile(expected_ptr, rows, s_out_row, steps, s_out_time, expected_next_q, mask)
+    store_tile(ratio_ptr, rows, s_out_row, steps, s_out_time, ratio, mask)
+
+
+@triton.jit
+def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
+    """The loads of one chunk of the second pass (``kernels/scan.py``: ``scan_program``): per-step inputs,
+    the first pass's E and ratio, Q(s_{t+1}, a_{t+1}) and the ratio of step t+1."""
+    DTYPE: tl.constexpr = CONSTS[0]
+    BLOCK_ROWS: tl.constexpr = CONSTS[1]
+    BLOCK_TIME: tl.constexpr = CONSTS[2]
+    VEC: tl.constexpr = CONSTS[3]
+    pointers, strides, num_actions, _, rows, row_ok, seq_len = args
+    q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, expected_ptr, ratio_ptr, probs_target_ptr, \
+        probs_behavior_ptr, actions_ptr = pointers
+    (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+     s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time) = strides
+    reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
+                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    q_value = load_chunk(q_values_ptr, rows, row_ok, s_q_row, chunk, s_q_time, seq_len, 0.0, DTYPE,
+                         BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    # Q(s_T, a_T) := 0 past the rollout (Q_ret[T] := 0)
+    q_next = load_chunk(q_values_ptr, rows, row_ok, s_q_row, chunk, s_q_time, seq_len, 0.0, DTYPE,
+                        BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
+    terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
+                                               s_trunc_row, s_trunc_time, chunk, seq_len, True, DTYPE,
+                                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    expected_next_q = load_chunk(expected_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, 0.0, DTYPE,
+                                 BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    ratio = load_chunk(ratio_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, 1.0, DTYPE,
+                       BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    # the ratio of step t+1: inside the chunk from the first pass (not yet overwritten: this program
+    # stores the chunk only after loading it); the first step of the next chunk, which another
+    # program may already have overwritten, from the inputs; 0 past the rollout (c[T] := 0)
+    next_steps = steps + 1
+    at_edge = tl.expand_dims(next_steps % BLOCK_TIME == 0, 0)
+    inside = step_mask(row_ok, next_steps, seq_len, VEC) & (at_edge == 0)
+    ratio_next = tl.load(ratio_ptr + per_step(rows * s_out_row, VEC) + tl.expand_dims(next_steps, 0) * s_out_time,
+                         mask=inside, other=0.0).to(DTYPE)
+    edge = (tl.cast(chunk, tl.int64) + 1) * BLOCK_TIME
+    edge_ok = row_ok & (edge < seq_len)
+    edge_action = tl.load(actions_ptr + rows * s_act_row + edge * s_act_time, mask=edge_ok, other=0)
+    edge_behavior = tl.load(probs_behavior_ptr + rows * s_pb_row + edge * s_pb_time, mask=edge_ok,
+                            other=1.0).to(DTYPE)
+    edge_taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, edge, edge_action,
+                                   edge_ok, num_actions, DTYPE)
+    edge_ratio = tl.where(edge_ok, edge_taken / edge_behavior, 0.0)
+    ratio_next = tl.where(at_edge, per_step(edge_ratio, VEC), ratio_next)
+    return reward, q_value, q_next, terminated, truncated, expected_next_q, ratio, ratio_next
+
+
+@triton.jit
+def retrace_scan_chunk(args, CONSTS: tl.constexpr, inputs, mask):
+    """TD errors and decays of one chunk, scanned: (A, B, A_next, B_next) with D = A + B * carry in and
+    D one step later A_next + B_next * carry in."""
+    VEC: tl.constexpr = CONSTS[3]
+    discount, trace_scale, c_clip, _ = args[3]
+    reward, q_value, _, terminated, truncated, expected_next_q, _, ratio_next = inputs
+    delta = reward + discount * expected_next_q * (1.0 - terminated) - q_value
+    not_done = 1.0 - tl.maximum(terminated, truncated)
+    decay = discount * trace_scale * tl.minimum(ratio_next, c_clip, propagate_nan=tl.PropagateNan.ALL) * not_done
+    return scan_chunk_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0), True, VEC)
+
+
+@triton.jit
+def retrace_scan_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
+    """Targets and advantages of one chunk, from the carry into it, over the first pass's values."""
+    BLOCK_ROWS: tl.constexpr = CONSTS[1]
+    BLOCK_TIME: tl.constexpr = CONSTS[2]
+    VEC: tl.constexpr = CONSTS[3]
+    pointers, strides, _, scalars, rows, row_ok, seq_len = args
+    discount, _, _, rho_clip = scalars
+    reward, q_value, q_next, terminated, _, _, ratio, _ = inputs
+    scan_a, scan_b, next_a, next_b = scanned
+    correction = scan_a + scan_b * per_step(carry, VEC)
+    target_next = q_next + next_a + next_b * per_step(carry, VEC)  # Q_ret[t+1]; Q_ret[T] := 0
+    rho = tl.minimum(ratio, rho_clip, propagate_nan=tl.PropagateNan.ALL)
+    advantage = rho * (reward + discount * target_next * (1.0 - terminated) - q_value)
+    store_chunk(pointers[4], rows, row_ok, strides[8], chunk, strides[9], seq_len, correction + q_value,
+                BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    store_chunk(pointers[5], rows, row_ok, strides[8], chunk, strides[9], seq_len, advantage,
+                BLOCK_ROWS, BLOCK_TIME, VEC, True)
+
+
+@triton.jit
+def retrace_scan_kernel(
+    q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
+    probs_target_ptr, probs_behavior_ptr, actions_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    num_rows, seq_len, num_actions, num_chunks, num_row_tiles,
+    s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+    s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
+    gamma: tl.float64, lambda_: tl.float64, c_bar: tl.float64, rho_bar: tl.float64,
+    SPLIT: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
+    WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
+):
+    """Second pass: targets into ``targets_ptr`` (which holds E) and advantages into ``advantages_ptr``
+    (which holds the ratios). One chunk per program of a time split (no walked segments)."""
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, 1, SPLIT)
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    args = (
+        (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,
+         probs_behavior_ptr, actions_ptr),
+        (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+         s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time),
+        num_actions,
+        (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
+        rows, row_ok, seq_len,
+    )
+    scan_program(retrace_scan_load, retrace_scan_chunk, retrace_scan_store, args,
+                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), tl.zeros([BLOCK_ROWS], DTYPE),
+                 row_tile, order, first, my_chunks, num_chunks, 1, seq_len, row_ok, status_ptr,
+                 aggregate_ptr, prefix_ptr, SPLIT, False, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
