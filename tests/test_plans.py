@@ -155,6 +155,23 @@ def test_retrace_passes_by_output_dtype():
         assert list(retrace_launches(4, 64, 600, torch.bfloat16)) == two
 
 
+def test_time_major_retrace_splits_take_one_pass():
+    def kernels(rows, seq_len, **override):
+        probs = torch.zeros(seq_len, rows, 4).transpose(0, 1)
+        steps = torch.zeros(seq_len, rows).t()
+        out = [torch.empty(seq_len, rows).t() for _ in range(2)]
+        seen = []
+        with pytest.MonkeyPatch.context() as patch, _launch.tile_override(**override):
+            patch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.append(kernel.fn.__name__))
+            _launch.retrace(*out, probs, steps, steps, probs, steps.long(), steps, steps, steps, 0.99, 0.95, 1.0, 1.0)
+        return seen
+
+    # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: two passes
+    assert kernels(64, 16384) == ["retrace_kernel"]
+    assert kernels(4096, 128) == ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert kernels(64, 16384, retrace_one_pass=False) == ["retrace_actions_kernel", "retrace_scan_kernel"]
+
+
 def test_retrace_two_pass_plans():
     # the first pass: pairs of actions across lanes, ~4096 values per tile; the second: V-trace's kind
     # of tiles, rows of up to 4096 steps in one chunk of up to 16 warps

@@ -720,10 +720,10 @@ def retrace(
         # 93.7, 4096x4096 70.8 -> 94.8, 8x2^21 70.2 -> 95.9.
         lanes = action_lanes or min(triton.next_power_of_2(num_actions), _RETRACE_ACTIONS_LANES)
         passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
-        _retrace_two_passes(targets, advantages, action_probs_target, action_probs_behavior, q_values,
-                            next_q_values_all, actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar,
-                            rho_bar, dtype, lanes, passes)
-        return
+        if _retrace_two_passes(targets, advantages, action_probs_target, action_probs_behavior, q_values,
+                               next_q_values_all, actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar,
+                               rho_bar, dtype, lanes, passes):
+            return
     lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
     passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
     group = lanes * passes
@@ -793,9 +793,28 @@ def _retrace_two_passes(
     action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
     actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
     gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
-) -> None:
-    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``."""
+) -> bool:
+    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``.
+
+    Returns False, launching nothing, for time-major calls that would split time (unless
+    ``tile_override`` asks for two passes): their scan would chain hundreds of small chunks in one
+    look-back, where the one-pass kernel is faster (measured on an H200, 4 actions, 64x16384 stored
+    [T, N]: 17.6% of the copy bandwidth in one pass, 4.4% in two; -run9-retrace-time-major.txt).
+    """
     num_rows, seq_len, num_actions = action_probs_target.shape
+    time_major = _is_time_major(rewards)
+    # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
+    # takes V-trace's time-major tiles; a time split holds one chunk per program (a walked segment's
+    # redo would re-read chunks already overwritten). Measured on an H200, the second pass alone, % of
+    # the copy bandwidth (-run9-retrace-passes): rows of up to 4096 steps in one chunk with up to 16
+    # warps (4096x4096: 73-75 in 512-step chunks walked -> 94.4), split chunks of 2048 steps (8x2^21
+    # 45 -> 51-54 against 512; 64x16384 34 -> 38).
+    element_bytes = _element_bytes(q_values, rewards, terminateds, truncateds, targets)
+    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
+                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
+                      split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+    if time_major and plan.split and _override.retrace_one_pass is None:
+        return False
     group = lanes * passes
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     tile_values = _RETRACE_ACTIONS_TILE_VALUES // (2 if dtype == torch.float64 else 1)
@@ -818,16 +837,6 @@ def _retrace_two_passes(
         BLOCK_ROWS=block_rows, BLOCK_TIME=block_time, ACTION_LANES=lanes, ACTION_PASSES=passes,
         MORE_ACTIONS=num_actions > group, DTYPE=_triton_dtype(dtype), num_warps=num_warps, num_stages=1,
     )
-    # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
-    # takes V-trace's time-major tiles; a time split holds one chunk per program (a walked segment's
-    # redo would re-read chunks already overwritten). Measured on an H200, the second pass alone, % of
-    # the copy bandwidth (-run9-retrace-passes): rows of up to 4096 steps in one chunk with up to 16
-    # warps (4096x4096: 73-75 in 512-step chunks walked -> 94.4), split chunks of 2048 steps (8x2^21
-    # 45 -> 51-54 against 512; 64x16384 34 -> 38).
-    element_bytes = _element_bytes(q_values, rewards, terminateds, truncateds, targets)
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
-                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
-                      split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         retrace_scan_kernel, plan.grid,
@@ -840,6 +849,7 @@ def _retrace_two_passes(
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
         PREFETCH=plan.prefetch, VEC=plan.vec, **_meta(plan, dtype),
     )
+    return True
 
 
 def returns(
