@@ -128,8 +128,8 @@ BANDWIDTH_CASES = [
     pytest.param("vtrace", 8, 1 << 21, 0, 90, id="vtrace-8x2097152", marks=unmet("86-88% in the benchmark")),
     pytest.param("lambda_returns", 1, 1 << 24, 0, 90, id="lambda_returns-1x16777216",
                  marks=unmet("82-84% in the benchmark")),
-    pytest.param("retrace", 16384, 512, 4, 75, id="retrace4-16384x512", marks=unmet("55-56% in the benchmark (float32 flags); borderline here")),
-    pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024", marks=unmet("45-48%")),
+    pytest.param("retrace", 16384, 512, 4, 75, id="retrace4-16384x512"),
+    pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024"),
 ]
 
 
