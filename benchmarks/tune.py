@@ -162,7 +162,7 @@ def plan_override(plan: str) -> dict:
     """``BRxBTxWARPS[xSTAGES]`` then flags: ``s``/``n`` force split on/off, ``wN`` look-back window,
     ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
     thread (``r0``: no cap), ``p0``/``p1`` Retrace's programs that walk several chunks do not / do load
-    the next one ahead (the other kernels always do), ``o1``/``o0`` Retrace in one pass / two passes, ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
+    the next one ahead (the other kernels always do), ``o1``/``o2``/``of`` Retrace in one pass / two passes / the fused kernel, ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
     chunk per program)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
@@ -179,8 +179,8 @@ def plan_override(plan: str) -> dict:
             kw["max_registers"] = int(token[1:])
         elif token in ("p0", "p1"):
             kw["prefetch"] = token == "p1"
-        elif token in ("o0", "o1"):
-            kw["retrace_one_pass"] = token == "o1"
+        elif token in ("o1", "o2", "of"):
+            kw["retrace_kernels"] = {"o1": "one-pass", "o2": "two-pass", "of": "fused"}[token]
         elif token.startswith("m"):
             kw["walk_programs"] = int(token[1:])
     return kw

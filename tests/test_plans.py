@@ -149,10 +149,16 @@ def test_retrace_passes_by_output_dtype():
     assert list(retrace_launches(4, 64, 600, torch.float64, torch.float64)) == two
     assert list(retrace_launches(4, 64, 600, torch.float32, torch.float64)) == ["retrace_kernel"]
     assert list(retrace_launches(4, 64, 600, torch.float16)) == ["retrace_kernel"]
-    with _launch.tile_override(retrace_one_pass=True):
+    # rows that split time: both passes in one kernel, which can walk segments
+    assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == ["retrace_fused_kernel"]
+    assert retrace_launches(4, 2, 1 << 16, torch.float32)["retrace_fused_kernel"]["WALK"]
+    with _launch.tile_override(retrace_kernels="one-pass"):
         assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_kernel"]
-    with _launch.tile_override(retrace_one_pass=False):
+    with _launch.tile_override(retrace_kernels="two-pass"):
         assert list(retrace_launches(4, 64, 600, torch.bfloat16)) == two
+        assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
+    with _launch.tile_override(retrace_kernels="fused"):
+        assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_fused_kernel"]
 
 
 def test_time_major_retrace_splits_take_one_pass():
@@ -169,7 +175,7 @@ def test_time_major_retrace_splits_take_one_pass():
     # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: two passes
     assert kernels(64, 16384) == ["retrace_kernel"]
     assert kernels(4096, 128) == ["retrace_actions_kernel", "retrace_scan_kernel"]
-    assert kernels(64, 16384, retrace_one_pass=False) == ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert kernels(64, 16384, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
 
 
 def test_retrace_two_pass_plans():

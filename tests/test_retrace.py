@@ -115,10 +115,10 @@ def test_tiles(tile, rows, seq_len, make_rollout):
 
 # Chunk edges with several action layouts: 4 and 18 actions (one action group), 33 (a second group
 # read without prefetch) and 18 in lane groups of 2 (16 passes) and of 8 (4 passes); the defaults are
-# 8 lanes in one pass and 2 in two. Loop (with and without loading the next chunk ahead) and split
-# programs; c[t+1] and Q(s_{t+1}, a_{t+1}) cross every chunk edge, in one pass and in two (where a
-# split's chunk reads the ratio of the next chunk's first step, which that chunk's program may
-# already have overwritten with its advantage).
+# 8 lanes in one pass and 2 otherwise. Loop (with and without loading the next chunk ahead) and split
+# programs; c[t+1] and Q(s_{t+1}, a_{t+1}) cross every chunk edge, in each of Retrace's kernels (the
+# two-pass and fused ones take the ratio of the next chunk's first step from the inputs: that chunk's
+# program may already have overwritten its place in the advantages).
 ACTION_TILES = [
     pytest.param(4, None, id="a4"),
     pytest.param(18, None, id="a18"),
@@ -126,7 +126,7 @@ ACTION_TILES = [
     pytest.param(18, 2, id="a18-lanes2"),
     pytest.param(18, 8, id="a18-lanes8"),
 ]
-PASSES = pytest.mark.parametrize("one_pass", [True, False], ids=["one-pass", "two-passes"])
+KERNELS = pytest.mark.parametrize("kernels", ["one-pass", "two-pass", "fused"])
 
 
 def launch_retrace(ro, *, action_lanes=None, **params):
@@ -142,30 +142,30 @@ def launch_retrace(ro, *, action_lanes=None, **params):
     return targets, advantages
 
 
-@PASSES
+@KERNELS
 @pytest.mark.parametrize("num_actions, action_lanes", ACTION_TILES)
 @pytest.mark.parametrize(
     "split, prefetch", [(True, None), (False, True), (False, False)], ids=["split", "loop-prefetch", "loop"]
 )
-def test_tiles_and_action_groups(num_actions, action_lanes, split, prefetch, one_pass, make_rollout):
+def test_tiles_and_action_groups(num_actions, action_lanes, split, prefetch, kernels, make_rollout):
     ro = make_rollout(3, 70, num_actions=num_actions)
     tiles = _launch.tile_override(block_rows=2, block_time=16, split=split, prefetch=prefetch,
-                                  retrace_one_pass=one_pass)
+                                  retrace_kernels=kernels)
     with _dispatch.use_backend("triton"), tiles:
         out = launch_retrace(ro, action_lanes=action_lanes, c_bar=1.5, rho_bar=2.0)
     assert_outputs_rel(out, oracle(ro, c_bar=1.5, rho_bar=2.0), TOLERANCE[torch.float32])
 
 
-@PASSES
+@KERNELS
 @pytest.mark.parametrize("split", [True, False], ids=["split", "loop"])
 @pytest.mark.parametrize("bad_step", [31, 32], ids=["chunk-end", "chunk-start"])
-def test_out_of_range_action_at_chunk_edge(split, bad_step, one_pass, make_rollout):
+def test_out_of_range_action_at_chunk_edge(split, bad_step, kernels, make_rollout):
     # step 32 opens a chunk of 16 steps: its trace c[32] is the edge value of the chunk before it in time
     ro = make_rollout(2, 60, num_actions=18)
     ro.terminateds[1] = 0
     ro.truncateds[1] = 0
     ro.actions[1, bad_step] = 18
-    tiles = _launch.tile_override(block_rows=1, block_time=16, split=split, retrace_one_pass=one_pass)
+    tiles = _launch.tile_override(block_rows=1, block_time=16, split=split, retrace_kernels=kernels)
     with _dispatch.use_backend("triton"), tiles:
         targets, advantages = compute_retrace(**retrace_kwargs(ro))
     expected_targets, expected_advantages = oracle(ro)

@@ -3,8 +3,8 @@ then redo their segment's first chunks with the true carry until the carry out i
 
 How far the redo goes depends on the data: one chunk when a reset follows soon, the whole segment
 when nothing resets and the decay never rounds the carry away. Both ends are checked against the
-float64 oracle, with every kernel that walks (GAE, V-trace, lambda- and discounted returns,
-eligibility traces, prefix sums).
+float64 oracle, with every kernel that walks (GAE, V-trace, Retrace's fused kernel, lambda- and
+discounted returns, eligibility traces, prefix sums).
 """
 
 import pytest
@@ -14,6 +14,7 @@ from conftest import TOLERANCE, assert_outputs_rel
 from rl_triton import _dispatch, _launch, reference
 from rl_triton.ops.gae import compute_gae
 from rl_triton.ops.prefix_sum import compute_episodic_prefix_sum
+from rl_triton.ops.retrace import compute_retrace
 from rl_triton.ops.returns import compute_discounted_returns, compute_eligibility_traces, compute_lambda_returns
 from rl_triton.ops.vtrace import compute_vtrace
 
@@ -31,6 +32,13 @@ def estimator_calls(gamma: float, lambda_: float) -> dict:
             "log_pi_target": r.log_pi_target, "log_pi_behavior": r.log_pi_behavior, "values": r.values,
             "rewards": r.rewards, "terminateds": r.terminateds, "truncateds": r.truncateds,
             "bootstrap_values": r.bootstrap_values, "gamma": gamma}),
+        # behaviour probabilities of 0.01: every ratio clips to c_bar, so the decay is gamma * lambda
+        # (the redo recomputes each chunk's expected next Q and ratios from the inputs)
+        "retrace": (compute_retrace, lambda r: {
+            "action_probs_target": r.probs_target, "action_probs_behavior": torch.full_like(r.probs_behavior, 0.01),
+            "q_values": r.q_values, "next_q_values_all": r.next_q_values_all, "actions": r.actions,
+            "rewards": r.rewards, "terminateds": r.terminateds, "truncateds": r.truncateds, "gamma": gamma,
+            "lambda_": lambda_}),
         "lambda": (compute_lambda_returns, lambda r: {
             "rewards": r.rewards, "next_values": r.next_values, "terminateds": r.terminateds,
             "truncateds": r.truncateds, "bootstrap_values": r.bootstrap_values, "gamma": gamma, "lambda_": lambda_}),
@@ -50,6 +58,7 @@ def estimator_calls(gamma: float, lambda_: float) -> dict:
 ORACLES = {
     compute_gae: reference.compute_gae,
     compute_vtrace: reference.compute_vtrace,
+    compute_retrace: reference.compute_retrace,
     compute_lambda_returns: reference.compute_lambda_returns,
     compute_discounted_returns: reference.compute_discounted_returns,
     compute_eligibility_traces: reference.compute_eligibility_traces,

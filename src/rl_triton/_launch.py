@@ -23,7 +23,12 @@ from rl_triton._dispatch import interpreter_enabled
 from rl_triton.kernels.gae import BOOTSTRAP_FULL, BOOTSTRAP_LAST, BOOTSTRAP_NONE, gae_kernel
 from rl_triton.kernels.prefix_sum import episodic_scan_kernel
 from rl_triton.kernels.recurrence import linear_recurrence_kernel
-from rl_triton.kernels.retrace import retrace_actions_kernel, retrace_kernel, retrace_scan_kernel
+from rl_triton.kernels.retrace import (
+    retrace_actions_kernel,
+    retrace_fused_kernel,
+    retrace_kernel,
+    retrace_scan_kernel,
+)
 from rl_triton.kernels.returns import returns_kernel
 from rl_triton.kernels.vtrace import vtrace_kernel
 
@@ -205,7 +210,7 @@ class _Override:
     max_registers: int | None = None
     prefetch: bool | None = None
     walk_programs: int | None = None
-    retrace_one_pass: bool | None = None
+    retrace_kernels: str | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -224,7 +229,7 @@ def tile_override(
     max_registers: int | None = None,
     prefetch: bool | None = None,
     walk_programs: int | None = None,
-    retrace_one_pass: bool | None = None,
+    retrace_kernels: str | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -233,13 +238,13 @@ def tile_override(
     that walk several chunks from loading the next one ahead (``True`` makes them, where the plan
     would not; the other kernels' programs always load ahead); ``walk_programs``: a split of a kernel that
     walks segments makes about this many programs per multiprocessor (0: one chunk per program);
-    ``retrace_one_pass``: Retrace runs its one-pass kernel (True) or its two passes (False) whatever
-    the outputs' dtype (the tile sizes then apply to the pass that scans).
+    ``retrace_kernels``: Retrace runs ``"one-pass"``, ``"two-pass"`` or ``"fused"`` (``retrace``) whatever
+    the call (the tile sizes then apply to the kernel that scans).
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_one_pass)
+                          walk_programs, retrace_kernels)
     try:
         yield
     finally:
@@ -709,10 +714,10 @@ def retrace(
     # registers as "passes".
     if targets.stride() != advantages.stride():
         raise RuntimeError("retrace outputs must share one layout")
-    one_pass = _override.retrace_one_pass
-    if one_pass is None:
-        one_pass = targets.element_size() < torch.empty(0, dtype=dtype).element_size()
-    if not one_pass:
+    kernels = _override.retrace_kernels
+    if kernels is None and targets.element_size() < torch.empty(0, dtype=dtype).element_size():
+        kernels = "one-pass"
+    if kernels != "one-pass":
         # Pairs of neighbouring actions (8-byte loads) across a warp, the rest of a group of up to 32
         # in registers. Measured on an H200, the first pass alone, % of the copy bandwidth (8, 4, 1
         # lanes -> 2; benchmarks/results/h200-2026-11-30-run9-retrace-passes.txt): 18 actions 16384x512
@@ -722,7 +727,7 @@ def retrace(
         passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
         if _retrace_two_passes(targets, advantages, action_probs_target, action_probs_behavior, q_values,
                                next_q_values_all, actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar,
-                               rho_bar, dtype, lanes, passes):
+                               rho_bar, dtype, lanes, passes, kernels):
             return
     lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
     passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
@@ -793,11 +798,13 @@ def _retrace_two_passes(
     action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
     actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
     gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
+    kernels: str | None,
 ) -> bool:
-    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``.
+    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``;
+    or, where time is split (``kernels`` None) or ``kernels == "fused"``, both in ``retrace_fused_kernel``.
 
     Returns False, launching nothing, for time-major calls that would split time (unless
-    ``tile_override`` asks for two passes): their scan would chain hundreds of small chunks in one
+    ``tile_override`` names the kernels): their scan would chain hundreds of small chunks in one
     look-back, where the one-pass kernel is faster (measured on an H200, 4 actions, 64x16384 stored
     [T, N]: 17.6% of the copy bandwidth in one pass, 4.4% in two; -run9-retrace-time-major.txt).
     """
@@ -813,9 +820,16 @@ def _retrace_two_passes(
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                       split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
-    if time_major and plan.split and _override.retrace_one_pass is None:
-        return False
+    if kernels is None and plan.split:
+        if time_major:
+            return False
+        kernels = "fused"
     group = lanes * passes
+    if kernels == "fused":
+        _retrace_fused(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
+                       actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, lanes, passes,
+                       element_bytes)
+        return True
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     tile_values = _RETRACE_ACTIONS_TILE_VALUES // (2 if dtype == torch.float64 else 1)
     tile_steps = max(32, tile_values // group)
@@ -850,6 +864,44 @@ def _retrace_two_passes(
         PREFETCH=plan.prefetch, VEC=plan.vec, **_meta(plan, dtype),
     )
     return True
+
+
+# Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor.
+_RETRACE_FUSED_WALK = (512, 4)
+# values of each per-action tensor that one warp of a fused program reduces at a time
+_RETRACE_FUSED_WARP_VALUES = 512
+
+
+def _retrace_fused(
+    targets: torch.Tensor, advantages: torch.Tensor, action_probs_target: torch.Tensor,
+    action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
+    actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
+    gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
+    element_bytes: int,
+) -> None:
+    """Retrace in ``retrace_fused_kernel``: one launch, walked segments where time is split."""
+    num_rows, seq_len, num_actions = action_probs_target.shape
+    group = lanes * passes
+    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
+                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
+                      split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None, walk_split=_RETRACE_FUSED_WALK,
+                      time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+    sub_steps = max(1, _RETRACE_FUSED_WARP_VALUES * plan.num_warps // (group * plan.block_rows))
+    sub_steps = min(plan.block_time, 1 << (sub_steps.bit_length() - 1))
+    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    _launch(
+        retrace_fused_kernel, plan.grid,
+        q_values, rewards, terminateds, truncateds, targets, advantages,
+        action_probs_target, action_probs_behavior, actions, next_q_values_all,
+        status, aggregates, prefixes, counter,
+        num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
+        *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
+        *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
+        *next_q_values_all.stride(),
+        *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
+        PREFETCH=plan.prefetch, VEC=plan.vec, ACTION_LANES=lanes, ACTION_PASSES=passes,
+        MORE_ACTIONS=num_actions > group, SUB_STEPS=sub_steps, **_meta(plan, dtype, walk=True),
+    )
 
 
 def returns(

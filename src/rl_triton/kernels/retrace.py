@@ -277,27 +277,22 @@ def retrace_kernel(
 
 
 @triton.jit
-def retrace_actions_kernel(
+def store_action_values(
     probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
-    num_rows, seq_len, num_actions, num_time_tiles,
     s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
-    s_act_row, s_act_time, s_out_row, s_out_time,
-    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr,
-    MORE_ACTIONS: tl.constexpr, DTYPE: tl.constexpr,
+    s_act_row, s_act_time, s_out_row, s_out_time, rows, row_ok, steps, seq_len, num_actions,
+    ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, DTYPE: tl.constexpr,
 ):
-    """First pass: E_pi[Q(s_{t+1}, .)] = sum_a pi(a | s_t) Q(s_{t+1}, a) and pi(a_t | s_t) / mu(a_t | s_t) of
-    a [rows, steps] tile, into ``expected_ptr`` and ``ratio_ptr`` (NaN ratio: action index out of range)."""
-    tile = tl.program_id(0)
-    rows, row_ok = tile_rows(tile // num_time_tiles, num_rows, BLOCK_ROWS)
-    steps = tl.cast(tile % num_time_tiles, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
-    mask = row_ok[:, None] & (steps < seq_len)[None, :]
+    """E_pi[Q(s_{t+1}, .)] = sum_a pi(a | s_t) Q(s_{t+1}, a) and pi(a_t | s_t) / mu(a_t | s_t) of a [rows, steps]
+    tile (``steps`` 1-d), stored at ``expected_ptr`` and ``ratio_ptr`` (NaN ratio: action index out of range)."""
+    mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
     actions = tl.load(actions_ptr + rows[:, None] * s_act_row + steps[None, :] * s_act_time, mask=mask, other=0)
     behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
     in_range = (actions >= 0) & (actions < num_actions)
     # in-range indices fit in int32 (whatever their storage type); -1 matches no action
     taken_lane = tl.where(in_range, actions.to(tl.int32), -1)
-    expected_next_q = tl.zeros([BLOCK_ROWS, BLOCK_TIME], DTYPE)
-    taken = tl.zeros([BLOCK_ROWS, BLOCK_TIME], DTYPE)
+    expected_next_q = tl.zeros(mask.shape, DTYPE)
+    taken = tl.zeros(mask.shape, DTYPE)
     group_size: tl.constexpr = ACTION_LANES * ACTION_PASSES
     num_groups = tl.cdiv(num_actions, group_size) if MORE_ACTIONS else 1
     for group in range(num_groups):
@@ -315,6 +310,27 @@ def retrace_actions_kernel(
 
 
 @triton.jit
+def retrace_actions_kernel(
+    probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
+    num_rows, seq_len, num_actions, num_time_tiles,
+    s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
+    s_act_row, s_act_time, s_out_row, s_out_time,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr,
+    MORE_ACTIONS: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """First pass: ``store_action_values`` of one [rows, steps] tile."""
+    tile = tl.program_id(0)
+    rows, row_ok = tile_rows(tile // num_time_tiles, num_rows, BLOCK_ROWS)
+    steps = tl.cast(tile % num_time_tiles, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
+    store_action_values(
+        probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
+        s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
+        s_act_row, s_act_time, s_out_row, s_out_time, rows, row_ok, steps, seq_len, num_actions,
+        ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, DTYPE,
+    )
+
+
+@triton.jit
 def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
     """The loads of one chunk of the second pass (``kernels/scan.py``: ``scan_program``): per-step inputs,
     the first pass's E and ratio, Q(s_{t+1}, a_{t+1}) and the ratio of step t+1."""
@@ -324,9 +340,10 @@ def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
     VEC: tl.constexpr = CONSTS[3]
     pointers, strides, num_actions, _, rows, row_ok, seq_len = args
     q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, expected_ptr, ratio_ptr, probs_target_ptr, \
-        probs_behavior_ptr, actions_ptr = pointers
+        probs_behavior_ptr, actions_ptr, _ = pointers
     (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
-     s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time) = strides
+     s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
+     _, _, _) = strides
     reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
                         BLOCK_ROWS, BLOCK_TIME, VEC, True)
     q_value = load_chunk(q_values_ptr, rows, row_ok, s_q_row, chunk, s_q_time, seq_len, 0.0, DTYPE,
@@ -411,10 +428,12 @@ def retrace_scan_kernel(
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, 1, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     args = (
+        # the fused kernel's tuples, without the next-Q tensor that only its loads read
         (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,
-         probs_behavior_ptr, actions_ptr),
+         probs_behavior_ptr, actions_ptr, probs_target_ptr),
         (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
-         s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time),
+         s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
+         0, 0, 0),
         num_actions,
         (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
         rows, row_ok, seq_len,
@@ -423,3 +442,67 @@ def retrace_scan_kernel(
                  (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), tl.zeros([BLOCK_ROWS], DTYPE),
                  row_tile, order, first, my_chunks, num_chunks, 1, seq_len, row_ok, status_ptr,
                  aggregate_ptr, prefix_ptr, SPLIT, False, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+
+
+@triton.jit
+def retrace_fused_load(args, CONSTS: tl.constexpr, chunk, steps):
+    """One chunk of the fused kernel: its E and ratios computed and stored into the outputs (in
+    sub-tiles of SUB_STEPS steps), a barrier, then ``retrace_scan_load``'s loads of them and the
+    per-step inputs. A redo of the chunk recomputes the same values by the same code."""
+    DTYPE: tl.constexpr = CONSTS[0]
+    BLOCK_TIME: tl.constexpr = CONSTS[2]
+    ACTION_LANES: tl.constexpr = CONSTS[4]
+    ACTION_PASSES: tl.constexpr = CONSTS[5]
+    MORE_ACTIONS: tl.constexpr = CONSTS[6]
+    SUB_STEPS: tl.constexpr = CONSTS[7]
+    pointers, strides, num_actions, _, rows, row_ok, seq_len = args
+    (_, _, _, _, _, _, _, _, s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row,
+     s_act_time, s_nq_row, s_nq_time, s_nq_action) = strides
+    first_step = tl.cast(chunk, tl.int64) * BLOCK_TIME
+    for sub in range(BLOCK_TIME // SUB_STEPS):
+        store_action_values(
+            pointers[6], pointers[9], pointers[7], pointers[8], pointers[4], pointers[5],
+            s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
+            s_act_row, s_act_time, s_out_row, s_out_time, rows, row_ok,
+            first_step + sub * SUB_STEPS + tl.arange(0, SUB_STEPS), seq_len, num_actions,
+            ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, DTYPE,
+        )
+    # the values were stored by other threads of this program
+    tl.debug_barrier()
+    return retrace_scan_load(args, CONSTS, chunk, steps)
+
+
+@triton.jit
+def retrace_fused_kernel(
+    q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
+    probs_target_ptr, probs_behavior_ptr, actions_ptr, next_q_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    num_rows, seq_len, num_actions, num_chunks, num_row_tiles, segment_chunks,
+    s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+    s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
+    s_nq_row, s_nq_time, s_nq_action,
+    gamma: tl.float64, lambda_: tl.float64, c_bar: tl.float64, rho_bar: tl.float64,
+    SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+    BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
+    ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, SUB_STEPS: tl.constexpr,
+):
+    """Both passes in one program per chunk: each chunk's E and ratios go through the outputs (and
+    the L2 cache) between the reduction over actions and the scan. Walked segments may be redone:
+    the redo recomputes a chunk's E and ratios from the inputs."""
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    args = (
+        (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,
+         probs_behavior_ptr, actions_ptr, next_q_ptr),
+        (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+         s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
+         s_nq_row, s_nq_time, s_nq_action),
+        num_actions,
+        (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
+        rows, row_ok, seq_len,
+    )
+    scan_program(retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
+                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
+                 tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
+                 seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
+                 BLOCK_TIME, WINDOW, VEC)
