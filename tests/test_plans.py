@@ -142,23 +142,23 @@ def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: 
 
 
 def test_retrace_passes_by_output_dtype():
-    # outputs that hold the compute dtype take the two passes (the first pass's values stay exact in them)
-    two = ["retrace_actions_kernel", "retrace_scan_kernel"]
-    assert list(retrace_launches(4, 64, 600, torch.float32)) == two
-    assert list(retrace_launches(4, 64, 600, torch.float64)) == two
-    assert list(retrace_launches(4, 64, 600, torch.float64, torch.float64)) == two
+    # outputs that hold the compute dtype keep the first pass's values exactly: rows not split in
+    # time take the fused kernel, rows split in time the two passes
+    fused, two = ["retrace_fused_kernel"], ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert list(retrace_launches(4, 64, 600, torch.float32)) == fused
+    assert list(retrace_launches(4, 64, 600, torch.float64)) == fused
+    assert list(retrace_launches(4, 64, 600, torch.float64, torch.float64)) == fused
+    assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
+    # narrower outputs: one pass
     assert list(retrace_launches(4, 64, 600, torch.float32, torch.float64)) == ["retrace_kernel"]
     assert list(retrace_launches(4, 64, 600, torch.float16)) == ["retrace_kernel"]
-    # rows that split time: both passes in one kernel, which can walk segments
-    assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == ["retrace_fused_kernel"]
-    assert retrace_launches(4, 2, 1 << 16, torch.float32)["retrace_fused_kernel"]["WALK"]
     with _launch.tile_override(retrace_kernels="one-pass"):
         assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_kernel"]
     with _launch.tile_override(retrace_kernels="two-pass"):
         assert list(retrace_launches(4, 64, 600, torch.bfloat16)) == two
-        assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
     with _launch.tile_override(retrace_kernels="fused"):
-        assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_fused_kernel"]
+        split = retrace_launches(4, 2, 1 << 16, torch.float32)
+        assert list(split) == fused and split["retrace_fused_kernel"]["WALK"]
 
 
 def test_time_major_retrace_splits_take_one_pass():
@@ -181,12 +181,14 @@ def test_time_major_retrace_splits_take_one_pass():
 def test_retrace_two_pass_plans():
     # the first pass: pairs of actions across lanes, ~4096 values per tile; the second: V-trace's kind
     # of tiles, rows of up to 4096 steps in one chunk of up to 16 warps
-    wide = retrace_launches(18, 4096, 4096, torch.float32)
+    with _launch.tile_override(retrace_kernels="two-pass"):
+        wide = retrace_launches(18, 4096, 4096, torch.float32)
     assert (wide["retrace_actions_kernel"]["ACTION_LANES"], wide["retrace_actions_kernel"]["ACTION_PASSES"]) == (2, 16)
     assert wide["retrace_actions_kernel"]["BLOCK_TIME"] == 128
     scan = wide["retrace_scan_kernel"]
     assert (scan["BLOCK_TIME"], scan["num_warps"], scan["SPLIT"], scan["VEC"]) == (4096, 16, False, 4)
-    few = retrace_launches(4, 16384, 512, torch.float32)["retrace_actions_kernel"]
+    with _launch.tile_override(retrace_kernels="two-pass"):
+        few = retrace_launches(4, 16384, 512, torch.float32)["retrace_actions_kernel"]
     assert (few["ACTION_LANES"], few["ACTION_PASSES"], few["BLOCK_ROWS"] * few["BLOCK_TIME"]) == (2, 2, 1024)
 
 
