@@ -142,12 +142,12 @@ def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: 
 
 
 def test_retrace_passes_by_output_dtype():
-    # outputs that hold the compute dtype keep the first pass's values exactly: rows not split in
-    # time take the fused kernel, rows split in time the two passes
+    # outputs that hold the compute dtype keep the first pass's values exactly: two passes (the fused
+    # kernel only when asked for)
     fused, two = ["retrace_fused_kernel"], ["retrace_actions_kernel", "retrace_scan_kernel"]
-    assert list(retrace_launches(4, 64, 600, torch.float32)) == fused
-    assert list(retrace_launches(4, 64, 600, torch.float64)) == fused
-    assert list(retrace_launches(4, 64, 600, torch.float64, torch.float64)) == fused
+    assert list(retrace_launches(4, 64, 600, torch.float32)) == two
+    assert list(retrace_launches(4, 64, 600, torch.float64)) == two
+    assert list(retrace_launches(4, 64, 600, torch.float64, torch.float64)) == two
     assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
     # narrower outputs: one pass
     assert list(retrace_launches(4, 64, 600, torch.float32, torch.float64)) == ["retrace_kernel"]
@@ -181,14 +181,12 @@ def test_time_major_retrace_splits_take_one_pass():
 def test_retrace_two_pass_plans():
     # the first pass: pairs of actions across lanes, ~4096 values per tile; the second: V-trace's kind
     # of tiles, rows of up to 4096 steps in one chunk of up to 16 warps
-    with _launch.tile_override(retrace_kernels="two-pass"):
-        wide = retrace_launches(18, 4096, 4096, torch.float32)
+    wide = retrace_launches(18, 4096, 4096, torch.float32)
     assert (wide["retrace_actions_kernel"]["ACTION_LANES"], wide["retrace_actions_kernel"]["ACTION_PASSES"]) == (2, 16)
     assert wide["retrace_actions_kernel"]["BLOCK_TIME"] == 128
     scan = wide["retrace_scan_kernel"]
     assert (scan["BLOCK_TIME"], scan["num_warps"], scan["SPLIT"], scan["VEC"]) == (4096, 16, False, 4)
-    with _launch.tile_override(retrace_kernels="two-pass"):
-        few = retrace_launches(4, 16384, 512, torch.float32)["retrace_actions_kernel"]
+    few = retrace_launches(4, 16384, 512, torch.float32)["retrace_actions_kernel"]
     assert (few["ACTION_LANES"], few["ACTION_PASSES"], few["BLOCK_ROWS"] * few["BLOCK_TIME"]) == (2, 2, 1024)
 
 

@@ -88,6 +88,9 @@ def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK, time_major=False):
         kwargs = {key: value.t().contiguous() if torch.is_tensor(value) and value.dim() == 2 else value
                   for key, value in kwargs.items()}
         kwargs["time_dim"] = 0
+    if compute is compute_retrace:
+        # the Retrace kernel that walks segments (its two passes split time one chunk per program)
+        tile = {**tile, "retrace_kernels": "fused"}
     with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
         out = compute(**kwargs)
     if time_major:

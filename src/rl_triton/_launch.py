@@ -800,8 +800,8 @@ def _retrace_two_passes(
     gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
     kernels: str | None,
 ) -> bool:
-    """Retrace in ``retrace_fused_kernel`` (batch-major rows not split in time, or ``kernels == "fused"``),
-    else as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``.
+    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``;
+    with ``kernels == "fused"`` (``tile_override``), both in ``retrace_fused_kernel``.
 
     Returns False, launching nothing, for time-major calls that would split time (unless
     ``tile_override`` names the kernels): their scan would chain hundreds of small chunks in one
@@ -823,12 +823,13 @@ def _retrace_two_passes(
     if kernels is None:
         if plan.split and time_major:
             return False
-        # Measured on an H200, % of the copy ceiling, two passes -> fused (-run9-retrace-fused.txt): rows
-        # not split in time 16384x512 78.0 -> 97.7 (4 actions) and 83.5 -> 91.2 (18), 4096x4096 77.2 ->
-        # 80.6 (4); split in time, fused programs that walk segments were slower (8x2^21: 59.5 -> 47.6,
-        # 4 actions; 74.6 -> 47.3, 18) and one chunk per program about equal (64x16384: 44.7 -> 50.0,
-        # 4 actions; 62.7 -> 61.3, 18)
-        kernels = "two-pass" if plan.split or time_major else "fused"
+        # The fused kernel is not the default anywhere yet. Measured on an H200, % of the copy ceiling,
+        # two passes -> fused (-run9-retrace-fused.txt): rows not split in time 16384x512 78.0 -> 97.7
+        # (4 actions) and 83.5 -> 91.2 (18), 4096x4096 77.2 -> 80.6 (4); split in time, fused programs
+        # that walk segments were slower (8x2^21: 59.5 -> 47.6 with 4 actions, 74.6 -> 47.3 with 18) and
+        # one chunk per program about equal (64x16384: 44.7 -> 50.0 with 4, 62.7 -> 61.3 with 18). Its
+        # plans at PPO-sized shapes are unmeasured.
+        kernels = "two-pass"
     group = lanes * passes
     if kernels == "fused":
         _retrace_fused(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
