@@ -11,11 +11,15 @@ has loaded) and recomputed from the inputs at a chunk's edge, so no program read
 has overwritten. Nothing beyond the outputs is allocated. A time split does not walk segments:
 their redo re-reads chunks already overwritten.
 
+``retrace_fused_kernel`` runs both passes chunk by chunk in one program (the values go through the
+outputs and the L2 cache, behind a barrier); a redo recomputes them from the inputs, so it can walk
+segments. It is reached through ``_launch.tile_override(retrace_kernels="fused")``, not by default.
+
 ``retrace_kernel`` does it in one pass (for outputs narrower than the compute dtype, which could
-not hold the intermediate values exactly). Every input is read once. The per-action tensors are read as ``[rows, time, passes, lanes]``
-tiles: a warp reads ``ACTION_LANES`` neighbouring actions of a few steps at once (a few cache
-lines per load) and each thread keeps ``ACTION_PASSES`` such lane groups of its steps, so the sums
-over actions are mostly additions in registers (a warp spread over all actions of one step spends
+not hold the intermediate values exactly). Every input is read once. The per-action tensors are
+read as ``[rows, time, passes, lanes]`` tiles: a warp reads ``ACTION_LANES`` neighbouring actions
+of a few steps at once (a few cache lines per load) and each thread keeps ``ACTION_PASSES`` such
+lane groups of its steps, so the sums over actions are mostly additions in registers (a warp spread over all actions of one step spends
 more time shuffling than loading). pi(a_t | s_t) is picked from the same tile. The values of step
 t+1 (trace c[t+1] and Q(s_{t+1}, a_{t+1})) are the previous elements in processing order, shifted
 within the chunk by a scan and, at its edge, carried from the chunk processed before (one column
