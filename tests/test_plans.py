@@ -136,22 +136,33 @@ def retrace_launches(num_actions: int, rows: int, seq_len: int, out_dtype: torch
     return seen
 
 
-def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: int = 600) -> dict:
-    """The compile options and constexprs of Retrace's one-pass kernel (bf16 outputs take it)."""
-    return retrace_launches(num_actions, rows, seq_len, torch.bfloat16)["retrace_kernel"]
+def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: int = 600, **override) -> dict:
+    """The compile options and constexprs of Retrace's one-pass kernel (float32 compute, bf16 outputs)."""
+    with _launch.tile_override(retrace_kernels="one-pass", **override):
+        return retrace_launches(num_actions, rows, seq_len, torch.bfloat16)["retrace_kernel"]
 
 
-def test_retrace_passes_by_output_dtype():
-    # outputs that hold the compute dtype keep the first pass's values exactly: two passes (the fused
-    # kernel only when asked for)
+def test_retrace_kernels_by_shape_and_output_dtype():
     fused, two = ["retrace_fused_kernel"], ["retrace_actions_kernel", "retrace_scan_kernel"]
-    assert list(retrace_launches(4, 64, 600, torch.float32)) == two
-    assert list(retrace_launches(4, 64, 600, torch.float64)) == two
-    assert list(retrace_launches(4, 64, 600, torch.float64, torch.float64)) == two
+
+    def halves(launches):
+        return {meta["HALVES"] for meta in launches.values()}
+
+    # rows not split in time: the fused kernel; split: two passes
+    assert list(retrace_launches(4, 64, 600, torch.float32)) == fused
     assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
-    # narrower outputs: one pass
-    assert list(retrace_launches(4, 64, 600, torch.float32, torch.float64)) == ["retrace_kernel"]
-    assert list(retrace_launches(4, 64, 600, torch.float16)) == ["retrace_kernel"]
+    # outputs as wide as the compute dtype (or wider) hold E and the ratios as they are
+    for out_dtype, input_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float32),
+                                   (torch.float64, torch.float64)):
+        assert halves(retrace_launches(4, 64, 600, out_dtype, input_dtype)) == {False}
+    # half as wide: E in the two halves of its bits
+    for out_dtype, input_dtype in ((torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                   (torch.float32, torch.float64)):
+        assert halves(launches := retrace_launches(4, 64, 600, out_dtype, input_dtype)) == {True}
+        assert list(launches) == fused
+        assert halves(retrace_launches(4, 2, 1 << 16, out_dtype, input_dtype)) == {True}
+    # narrower still (float64 compute, 16-bit outputs): one pass
+    assert list(retrace_launches(4, 64, 600, torch.bfloat16, torch.float64)) == ["retrace_kernel"]
     with _launch.tile_override(retrace_kernels="one-pass"):
         assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_kernel"]
     with _launch.tile_override(retrace_kernels="two-pass"):
@@ -172,21 +183,23 @@ def test_time_major_retrace_splits_take_one_pass():
             _launch.retrace(*out, probs, steps, steps, probs, steps.long(), steps, steps, steps, 0.99, 0.95, 1.0, 1.0)
         return seen
 
-    # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: two passes
+    # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: the fused kernel
     assert kernels(64, 16384) == ["retrace_kernel"]
-    assert kernels(4096, 128) == ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert kernels(4096, 128) == ["retrace_fused_kernel"]
     assert kernels(64, 16384, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
 
 
 def test_retrace_two_pass_plans():
     # the first pass: pairs of actions across lanes, ~4096 values per tile; the second: V-trace's kind
     # of tiles, rows of up to 4096 steps in one chunk of up to 16 warps
-    wide = retrace_launches(18, 4096, 4096, torch.float32)
+    with _launch.tile_override(retrace_kernels="two-pass"):
+        wide = retrace_launches(18, 4096, 4096, torch.float32)
     assert (wide["retrace_actions_kernel"]["ACTION_LANES"], wide["retrace_actions_kernel"]["ACTION_PASSES"]) == (2, 16)
     assert wide["retrace_actions_kernel"]["BLOCK_TIME"] == 128
     scan = wide["retrace_scan_kernel"]
     assert (scan["BLOCK_TIME"], scan["num_warps"], scan["SPLIT"], scan["VEC"]) == (4096, 16, False, 4)
-    few = retrace_launches(4, 16384, 512, torch.float32)["retrace_actions_kernel"]
+    with _launch.tile_override(retrace_kernels="two-pass"):
+        few = retrace_launches(4, 16384, 512, torch.float32)["retrace_actions_kernel"]
     assert (few["ACTION_LANES"], few["ACTION_PASSES"], few["BLOCK_ROWS"] * few["BLOCK_TIME"]) == (2, 2, 1024)
 
 
@@ -200,8 +213,7 @@ def test_retrace_programs_that_walk_chunks(monkeypatch):
     assert "maxnreg" not in retrace_launch_meta(monkeypatch, 8)
     split = retrace_launch_meta(monkeypatch, 18, rows=2, seq_len=4096)
     assert split["SPLIT"] and "maxnreg" not in split
-    with _launch.tile_override(prefetch=True):
-        assert retrace_launch_meta(monkeypatch, 18)["PREFETCH"]
+    assert retrace_launch_meta(monkeypatch, 18, prefetch=True)["PREFETCH"]
 
 
 def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
@@ -209,5 +221,5 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
     with _launch.tile_override(prefetch=False):
         rows = _launch.plan_tiles(4096, 4096, False, CPU, heavy=False, element_bytes=4)
         assert rows.num_chunks > 1 and rows.prefetch
-        assert not retrace_launch_meta(monkeypatch, 4)["PREFETCH"]
+    assert not retrace_launch_meta(monkeypatch, 4, prefetch=False)["PREFETCH"]
     assert retrace_launch_meta(monkeypatch, 4)["PREFETCH"]

@@ -174,6 +174,34 @@ def test_out_of_range_action_at_chunk_edge(split, bad_step, kernels, make_rollou
     torch.testing.assert_close(targets.double(), expected_targets, rtol=1e-5, atol=1e-5, equal_nan=True)
     torch.testing.assert_close(advantages.double(), expected_advantages, rtol=1e-5, atol=1e-5, equal_nan=True)
 
+
+# Outputs half as wide as the compute dtype (bf16/fp16 outputs of float32 compute, float32 outputs of
+# float64) hold E between the reduction and the scan as the two halves of its bits, and the ratios are
+# gathered from the inputs: the results are the wide outputs' values, rounded once (to nearest; Triton's
+# interpreter rounds float32 to bf16 toward zero, one bf16 step at most). The one-pass kernel keeps
+# no values between passes (test_half_precision).
+@pytest.mark.parametrize("kernels", ["two-pass", "fused"])
+@pytest.mark.parametrize(
+    "input_dtype, out_dtype",
+    [(torch.float32, torch.bfloat16), (torch.float16, torch.float16), (torch.float64, torch.float32)],
+    ids=["f32-bf16", "f16-f16", "f64-f32"],
+)
+@pytest.mark.parametrize("split", [True, False], ids=["split", "loop"])
+def test_narrow_outputs_round_the_wide_results_once(kernels, input_dtype, out_dtype, split, make_rollout):
+    ro = make_rollout(3, 70, num_actions=18, dtype=input_dtype)
+    ro.actions[2, 40] = 18  # out of range: NaN targets up to step 40 of row 2 (or its episode start)
+    wide = torch.float64 if input_dtype == torch.float64 else torch.float32
+    tiles = _launch.tile_override(block_rows=2, block_time=16, split=split, retrace_kernels=kernels)
+    with _dispatch.use_backend("triton"), tiles:
+        narrow = compute_retrace(**retrace_kwargs(ro), out_dtype=out_dtype)
+        full = compute_retrace(**retrace_kwargs(ro), out_dtype=wide)
+    assert narrow[1][2, 40].isnan() and torch.isfinite(narrow[1][:2]).all()
+    rounding = 2.0**-7 if out_dtype == torch.bfloat16 and not HAS_CUDA else 0.0
+    for got, want, expected in zip(narrow, full, oracle(ro), strict=True):
+        assert got.dtype == out_dtype
+        torch.testing.assert_close(got, want.to(out_dtype), rtol=rounding, atol=0, equal_nan=True)
+        torch.testing.assert_close(want.double(), expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
 GOLDEN = [
     pytest.param(
         {

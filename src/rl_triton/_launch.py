@@ -704,19 +704,14 @@ def retrace(
 ) -> None:
     """Retrace targets and advantages; ``action_lanes`` overrides the lanes per action group (for tuning).
 
-    Two passes (``kernels/retrace.py``) where the outputs hold the compute dtype, so that they can keep
-    the first pass's values exactly; one pass otherwise.
+    ``_retrace_kernels`` picks the kernels (``kernels/retrace.py``): the fused kernel, two passes, or the
+    one-pass kernel.
     """
     num_rows, seq_len, num_actions = action_probs_target.shape
     dtype = _compute_dtype(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards)
-    # A few neighbouring actions per lane group of a warp (each load touches a few cache lines, each
-    # sum over actions needs few shuffles); the rest of an action group of up to 32 sits in
-    # registers as "passes".
-    if targets.stride() != advantages.stride():
-        raise RuntimeError("retrace outputs must share one layout")
-    kernels = _override.retrace_kernels
-    if kernels is None and targets.element_size() < torch.empty(0, dtype=dtype).element_size():
-        kernels = "one-pass"
+    if targets.stride() != advantages.stride() or targets.dtype != advantages.dtype:
+        raise RuntimeError("retrace outputs must share one layout and dtype")
+    kernels, halves, plan = _retrace_kernels(targets, q_values, rewards, terminateds, truncateds, num_actions, dtype)
     if kernels != "one-pass":
         # Pairs of neighbouring actions (8-byte loads) across a warp, the rest of a group of up to 32
         # in registers. Measured on an H200, the first pass alone, % of the copy bandwidth (8, 4, 1
@@ -725,10 +720,10 @@ def retrace(
         # 93.7, 4096x4096 70.8 -> 94.8, 8x2^21 70.2 -> 95.9.
         lanes = action_lanes or min(triton.next_power_of_2(num_actions), _RETRACE_ACTIONS_LANES)
         passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
-        if _retrace_two_passes(targets, advantages, action_probs_target, action_probs_behavior, q_values,
-                               next_q_values_all, actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar,
-                               rho_bar, dtype, lanes, passes, kernels):
-            return
+        launch = _retrace_fused if kernels == "fused" else _retrace_two_passes
+        launch(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions,
+               rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, lanes, passes, halves, plan)
+        return
     lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
     passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
     group = lanes * passes
@@ -791,6 +786,64 @@ def retrace(
 _RETRACE_ACTIONS_TILE_VALUES = 4096
 _RETRACE_ACTIONS_WARPS = 4
 _RETRACE_ACTIONS_LANES = 2
+# Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor.
+_RETRACE_FUSED_WALK = (512, 4)
+# values of each per-action tensor that one warp of a fused program reduces at a time
+_RETRACE_FUSED_WARP_VALUES = 512
+
+
+def _retrace_kernels(
+    targets: torch.Tensor, q_values: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor,
+    truncateds: torch.Tensor, num_actions: int, dtype: torch.dtype,
+) -> tuple[str, bool, TilePlan | None]:
+    """(kernels, halves, plan of the kernel that scans) of a Retrace call.
+
+    Kernels: ``"fused"`` where rows are not split in time, ``"two-pass"`` for batch-major splits and
+    ``"one-pass"`` for time-major splits (``tile_override(retrace_kernels=...)`` forces one). The two
+    multi-pass kernels keep E and the ratios in the outputs between reduction and scan: exactly where
+    the outputs hold the compute dtype (or wider); ``halves`` where they are half as wide (bf16/fp16
+    outputs of float32 compute, float32 outputs of float64), E split into the high and low halves of its
+    bits across the two outputs and the ratios recomputed from the inputs. Narrower outputs take the
+    one-pass kernel.
+    """
+    num_rows, seq_len = rewards.shape
+    out_bytes, compute_bytes = targets.element_size(), dtype.itemsize
+    halves = out_bytes < compute_bytes
+    kernels = _override.retrace_kernels
+    if 2 * out_bytes < compute_bytes:
+        return "one-pass", False, None
+    time_major = _is_time_major(rewards)
+    element_bytes = _element_bytes(q_values, rewards, terminateds, truncateds, targets)
+    if kernels == "fused" or kernels is None:
+        # Walked segments where time is split: 512-step chunks, about 4 programs per multiprocessor.
+        plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
+                          element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
+                          split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None,
+                          walk_split=_RETRACE_FUSED_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+        if kernels == "fused" or not plan.split:
+            # Measured on an H200, % of the copy ceiling, two passes -> fused (-run9-retrace-fused.txt):
+            # 16384x512 78.0 -> 97.7 (4 actions) and 83.5 -> 91.2 (18), 4096x4096 77.2 -> 80.6 (4).
+            return "fused", halves, plan
+    # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
+    # takes V-trace's time-major tiles; a time split holds one chunk per program (a walked segment's
+    # redo would re-read chunks already overwritten). Measured on an H200, the second pass alone, % of
+    # the copy bandwidth (-run9-retrace-passes): rows of up to 4096 steps in one chunk with up to 16
+    # warps (4096x4096: 73-75 in 512-step chunks walked -> 94.4), split chunks of 2048 steps (8x2^21
+    # 45 -> 51-54 against 512; 64x16384 34 -> 38).
+    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
+                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
+                      split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+    if kernels is None and plan.split and time_major:
+        # a time-major split would chain hundreds of small chunks in one look-back, where the one-pass
+        # kernel is faster (measured on an H200, 4 actions, 64x16384 stored [T, N]: 17.6% of the copy
+        # bandwidth in one pass, 4.4% in two; -run9-retrace-time-major.txt)
+        return "one-pass", False, None
+    if kernels is None:
+        # split in time, fused programs that walk segments were slower (8x2^21: 59.5 -> 47.6 with 4
+        # actions, 74.6 -> 47.3 with 18) and one chunk per program about equal (64x16384: 44.7 -> 50.0
+        # with 4, 62.7 -> 61.3 with 18; -run9-retrace-fused.txt)
+        kernels = "two-pass"
+    return kernels, halves and kernels != "one-pass", plan
 
 
 def _retrace_two_passes(
@@ -798,44 +851,11 @@ def _retrace_two_passes(
     action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
     actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
     gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
-    kernels: str | None,
-) -> bool:
-    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``;
-    with ``kernels == "fused"`` (``tile_override``), both in ``retrace_fused_kernel``.
-
-    Returns False, launching nothing, for time-major calls that would split time (unless
-    ``tile_override`` names the kernels): their scan would chain hundreds of small chunks in one
-    look-back, where the one-pass kernel is faster (measured on an H200, 4 actions, 64x16384 stored
-    [T, N]: 17.6% of the copy bandwidth in one pass, 4.4% in two; -run9-retrace-time-major.txt).
-    """
+    halves: bool, plan: TilePlan,
+) -> None:
+    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``."""
     num_rows, seq_len, num_actions = action_probs_target.shape
-    time_major = _is_time_major(rewards)
-    # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
-    # takes V-trace's time-major tiles; a time split holds one chunk per program (a walked segment's
-    # redo would re-read chunks already overwritten). Measured on an H200, the second pass alone, % of
-    # the copy bandwidth (-run9-retrace-passes): rows of up to 4096 steps in one chunk with up to 16
-    # warps (4096x4096: 73-75 in 512-step chunks walked -> 94.4), split chunks of 2048 steps (8x2^21
-    # 45 -> 51-54 against 512; 64x16384 34 -> 38).
-    element_bytes = _element_bytes(q_values, rewards, terminateds, truncateds, targets)
-    plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
-                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
-                      split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
-    if kernels is None:
-        if plan.split and time_major:
-            return False
-        # The fused kernel is not the default anywhere yet. Measured on an H200, % of the copy ceiling,
-        # two passes -> fused (-run9-retrace-fused.txt): rows not split in time 16384x512 78.0 -> 97.7
-        # (4 actions) and 83.5 -> 91.2 (18), 4096x4096 77.2 -> 80.6 (4); split in time, fused programs
-        # that walk segments were slower (8x2^21: 59.5 -> 47.6 with 4 actions, 74.6 -> 47.3 with 18) and
-        # one chunk per program about equal (64x16384: 44.7 -> 50.0 with 4, 62.7 -> 61.3 with 18). Its
-        # plans at PPO-sized shapes are unmeasured.
-        kernels = "two-pass"
     group = lanes * passes
-    if kernels == "fused":
-        _retrace_fused(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
-                       actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, lanes, passes,
-                       element_bytes)
-        return True
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     tile_values = _RETRACE_ACTIONS_TILE_VALUES // (2 if dtype == torch.float64 else 1)
     tile_steps = max(32, tile_values // group)
@@ -855,7 +875,8 @@ def _retrace_two_passes(
         *action_probs_target.stride(), *next_q_values_all.stride(), *action_probs_behavior.stride(),
         *actions.stride(), *targets.stride(),
         BLOCK_ROWS=block_rows, BLOCK_TIME=block_time, ACTION_LANES=lanes, ACTION_PASSES=passes,
-        MORE_ACTIONS=num_actions > group, DTYPE=_triton_dtype(dtype), num_warps=num_warps, num_stages=1,
+        MORE_ACTIONS=num_actions > group, DTYPE=_triton_dtype(dtype), HALVES=halves, num_warps=num_warps,
+        num_stages=1,
     )
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
@@ -867,15 +888,8 @@ def _retrace_two_passes(
         *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
         *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
-        PREFETCH=plan.prefetch, VEC=plan.vec, **_meta(plan, dtype),
+        PREFETCH=plan.prefetch, VEC=plan.vec, HALVES=halves, **_meta(plan, dtype),
     )
-    return True
-
-
-# Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor.
-_RETRACE_FUSED_WALK = (512, 4)
-# values of each per-action tensor that one warp of a fused program reduces at a time
-_RETRACE_FUSED_WARP_VALUES = 512
 
 
 def _retrace_fused(
@@ -883,15 +897,11 @@ def _retrace_fused(
     action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
     actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
     gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
-    element_bytes: int,
+    halves: bool, plan: TilePlan,
 ) -> None:
     """Retrace in ``retrace_fused_kernel``: one launch (walked segments where time is split)."""
     num_rows, seq_len, num_actions = action_probs_target.shape
     group = lanes * passes
-    plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
-                      element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
-                      split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None, walk_split=_RETRACE_FUSED_WALK,
-                      time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
     sub_steps = max(1, _RETRACE_FUSED_WARP_VALUES * plan.num_warps // (group * plan.block_rows))
     sub_steps = min(plan.block_time, 1 << (sub_steps.bit_length() - 1))
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
@@ -906,7 +916,7 @@ def _retrace_fused(
         *next_q_values_all.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
         PREFETCH=plan.prefetch, VEC=plan.vec, ACTION_LANES=lanes, ACTION_PASSES=passes,
-        MORE_ACTIONS=num_actions > group, SUB_STEPS=sub_steps, **_meta(plan, dtype, walk=True),
+        MORE_ACTIONS=num_actions > group, SUB_STEPS=sub_steps, HALVES=halves, **_meta(plan, dtype, walk=True),
     )
 
 

@@ -281,20 +281,81 @@ def retrace_kernel(
 
 
 @triton.jit
+def store_bit_halves(high_ptr, low_ptr, rows, row_stride, steps, time_stride, values, mask, DTYPE: tl.constexpr):
+    """``values`` (float32 or float64) as the high and the low half of their bits, one half per output of
+    half their width (bf16/fp16 or float32 outputs): exact where one such output could not hold them."""
+    if DTYPE == tl.float64:
+        bits = values.to(tl.int64, bitcast=True)
+        high = (bits >> 32).to(tl.int32)
+        low = bits.to(tl.int32)
+        half_type: tl.constexpr = tl.int32
+    else:
+        bits = values.to(tl.int32, bitcast=True)
+        high = (bits >> 16).to(tl.int16)
+        low = bits.to(tl.int16)
+        half_type: tl.constexpr = tl.int16
+    store_tile(high_ptr.to(tl.pointer_type(half_type)), rows, row_stride, steps, time_stride, high, mask)
+    store_tile(low_ptr.to(tl.pointer_type(half_type)), rows, row_stride, steps, time_stride, low, mask)
+
+
+@triton.jit
+def load_bit_halves(high_ptr, low_ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, DTYPE: tl.constexpr,
+                    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr):
+    """A chunk of the values ``store_bit_halves`` stored (0 outside the rollout), in processing order."""
+    if DTYPE == tl.float64:
+        high = load_chunk(high_ptr.to(tl.pointer_type(tl.int32)), rows, row_ok, row_stride, chunk, time_stride,
+                          seq_len, 0, tl.int64, BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        low = load_chunk(low_ptr.to(tl.pointer_type(tl.uint32)), rows, row_ok, row_stride, chunk, time_stride,
+                         seq_len, 0, tl.int64, BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        return ((high << 32) | low).to(tl.float64, bitcast=True)
+    else:
+        high = load_chunk(high_ptr.to(tl.pointer_type(tl.int16)), rows, row_ok, row_stride, chunk, time_stride,
+                          seq_len, 0, tl.int32, BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        low = load_chunk(low_ptr.to(tl.pointer_type(tl.uint16)), rows, row_ok, row_stride, chunk, time_stride,
+                         seq_len, 0, tl.int32, BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        return ((high << 16) | low).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def chunk_ratio(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time, s_pt_action, s_pb_row,
+                s_pb_time, s_act_row, s_act_time, rows, row_ok, chunk, seq_len, num_actions, other,
+                DTYPE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
+                SHIFT: tl.constexpr):
+    """pi(a_t | s_t) / mu(a_t | s_t) of a chunk's steps shifted by SHIFT, from the inputs (a gather of the
+    taken action's probability); ``other`` outside the rollout, NaN where the action is out of range."""
+    chunk_time = chunk_steps(chunk, BLOCK_TIME, True, VEC) + SHIFT
+    mask = step_mask(row_ok, chunk_time, seq_len, VEC)
+    steps = tl.expand_dims(chunk_time, 0)
+    actions = tl.load(actions_ptr + per_step(rows * s_act_row, VEC) + steps * s_act_time, mask=mask, other=0)
+    behavior = load_chunk(probs_behavior_ptr, rows, row_ok, s_pb_row, chunk, s_pb_time, seq_len, 1.0, DTYPE,
+                          BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=SHIFT)
+    taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, per_step(rows, VEC), steps,
+                              actions, mask, num_actions, DTYPE)
+    return tl.where(mask, taken / behavior, other)
+
+
+@triton.jit
 def store_action_values(
     probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
     s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
     s_act_row, s_act_time, s_out_row, s_out_time, rows, row_ok, steps, seq_len, num_actions,
     ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, DTYPE: tl.constexpr,
+    HALVES: tl.constexpr,
 ):
     """E_pi[Q(s_{t+1}, .)] = sum_a pi(a | s_t) Q(s_{t+1}, a) and pi(a_t | s_t) / mu(a_t | s_t) of a [rows, steps]
-    tile (``steps`` 1-d), stored at ``expected_ptr`` and ``ratio_ptr`` (NaN ratio: action index out of range)."""
+    tile (``steps`` 1-d), stored at ``expected_ptr`` and ``ratio_ptr`` (NaN ratio: action index out of range).
+
+    HALVES (outputs of half the compute dtype's width): E alone, the high half of its bits at
+    ``expected_ptr`` and the low half at ``ratio_ptr``; the scan takes the ratios from the inputs.
+    """
     mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
-    actions = tl.load(actions_ptr + rows[:, None] * s_act_row + steps[None, :] * s_act_time, mask=mask, other=0)
-    behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
-    in_range = (actions >= 0) & (actions < num_actions)
-    # in-range indices fit in int32 (whatever their storage type); -1 matches no action
-    taken_lane = tl.where(in_range, actions.to(tl.int32), -1)
+    if not HALVES:
+        actions = tl.load(actions_ptr + rows[:, None] * s_act_row + steps[None, :] * s_act_time, mask=mask, other=0)
+        in_range = (actions >= 0) & (actions < num_actions)
+        # in-range indices fit in int32 (whatever their storage type); -1 matches no action
+        taken_lane = tl.where(in_range, actions.to(tl.int32), -1)
+    else:
+        taken_lane = tl.full(mask.shape, -1, tl.int32)
     expected_next_q = tl.zeros(mask.shape, DTYPE)
     taken = tl.zeros(mask.shape, DTYPE)
     group_size: tl.constexpr = ACTION_LANES * ACTION_PASSES
@@ -308,9 +369,13 @@ def store_action_values(
                                                ACTION_PASSES, DTYPE)
         expected_next_q += weighted
         taken += picked
-    ratio = tl.where(in_range, taken, float("nan")) / behavior
-    store_tile(expected_ptr, rows, s_out_row, steps, s_out_time, expected_next_q, mask)
-    store_tile(ratio_ptr, rows, s_out_row, steps, s_out_time, ratio, mask)
+    if HALVES:
+        store_bit_halves(expected_ptr, ratio_ptr, rows, s_out_row, steps, s_out_time, expected_next_q, mask, DTYPE)
+    else:
+        behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
+        ratio = tl.where(in_range, taken, float("nan")) / behavior
+        store_tile(expected_ptr, rows, s_out_row, steps, s_out_time, expected_next_q, mask)
+        store_tile(ratio_ptr, rows, s_out_row, steps, s_out_time, ratio, mask)
 
 
 @triton.jit
@@ -320,7 +385,7 @@ def retrace_actions_kernel(
     s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
     s_act_row, s_act_time, s_out_row, s_out_time,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr,
-    MORE_ACTIONS: tl.constexpr, DTYPE: tl.constexpr,
+    MORE_ACTIONS: tl.constexpr, DTYPE: tl.constexpr, HALVES: tl.constexpr,
 ):
     """First pass: ``store_action_values`` of one [rows, steps] tile."""
     tile = tl.program_id(0)
@@ -330,7 +395,7 @@ def retrace_actions_kernel(
         probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
         s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
         s_act_row, s_act_time, s_out_row, s_out_time, rows, row_ok, steps, seq_len, num_actions,
-        ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, DTYPE,
+        ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, DTYPE, HALVES,
     )
 
 
@@ -342,6 +407,7 @@ def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
     BLOCK_ROWS: tl.constexpr = CONSTS[1]
     BLOCK_TIME: tl.constexpr = CONSTS[2]
     VEC: tl.constexpr = CONSTS[3]
+    HALVES: tl.constexpr = CONSTS[4]
     pointers, strides, num_actions, _, rows, row_ok, seq_len = args
     q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, expected_ptr, ratio_ptr, probs_target_ptr, \
         probs_behavior_ptr, actions_ptr, _ = pointers
@@ -358,27 +424,38 @@ def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
     terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
                                                s_trunc_row, s_trunc_time, chunk, seq_len, True, DTYPE,
                                                BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    expected_next_q = load_chunk(expected_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, 0.0, DTYPE,
-                                 BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    ratio = load_chunk(ratio_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, 1.0, DTYPE,
-                       BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    # the ratio of step t+1: inside the chunk from the first pass (not yet overwritten: this program
-    # stores the chunk only after loading it); the first step of the next chunk, which another
-    # program may already have overwritten, from the inputs; 0 past the rollout (c[T] := 0)
-    next_steps = steps + 1
-    at_edge = tl.expand_dims(next_steps % BLOCK_TIME == 0, 0)
-    inside = step_mask(row_ok, next_steps, seq_len, VEC) & (at_edge == 0)
-    ratio_next = tl.load(ratio_ptr + per_step(rows * s_out_row, VEC) + tl.expand_dims(next_steps, 0) * s_out_time,
-                         mask=inside, other=0.0).to(DTYPE)
-    edge = (tl.cast(chunk, tl.int64) + 1) * BLOCK_TIME
-    edge_ok = row_ok & (edge < seq_len)
-    edge_action = tl.load(actions_ptr + rows * s_act_row + edge * s_act_time, mask=edge_ok, other=0)
-    edge_behavior = tl.load(probs_behavior_ptr + rows * s_pb_row + edge * s_pb_time, mask=edge_ok,
-                            other=1.0).to(DTYPE)
-    edge_taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, edge, edge_action,
-                                   edge_ok, num_actions, DTYPE)
-    edge_ratio = tl.where(edge_ok, edge_taken / edge_behavior, 0.0)
-    ratio_next = tl.where(at_edge, per_step(edge_ratio, VEC), ratio_next)
+    if HALVES:
+        expected_next_q = load_bit_halves(expected_ptr, ratio_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len,
+                                          DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
+        # the ratios of steps t and t+1 from the inputs (0 past the rollout: c[T] := 0)
+        ratio = chunk_ratio(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time, s_pt_action,
+                            s_pb_row, s_pb_time, s_act_row, s_act_time, rows, row_ok, chunk, seq_len, num_actions,
+                            1.0, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, 0)
+        ratio_next = chunk_ratio(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time, s_pt_action,
+                                 s_pb_row, s_pb_time, s_act_row, s_act_time, rows, row_ok, chunk, seq_len,
+                                 num_actions, 0.0, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, 1)
+    else:
+        expected_next_q = load_chunk(expected_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, 0.0, DTYPE,
+                                     BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        ratio = load_chunk(ratio_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len, 1.0, DTYPE,
+                           BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        # the ratio of step t+1: inside the chunk from the first pass (not yet overwritten: this program
+        # stores the chunk only after loading it); the first step of the next chunk, which another
+        # program may already have overwritten, from the inputs; 0 past the rollout (c[T] := 0)
+        next_steps = steps + 1
+        at_edge = tl.expand_dims(next_steps % BLOCK_TIME == 0, 0)
+        inside = step_mask(row_ok, next_steps, seq_len, VEC) & (at_edge == 0)
+        ratio_next = tl.load(ratio_ptr + per_step(rows * s_out_row, VEC) + tl.expand_dims(next_steps, 0) * s_out_time,
+                             mask=inside, other=0.0).to(DTYPE)
+        edge = (tl.cast(chunk, tl.int64) + 1) * BLOCK_TIME
+        edge_ok = row_ok & (edge < seq_len)
+        edge_action = tl.load(actions_ptr + rows * s_act_row + edge * s_act_time, mask=edge_ok, other=0)
+        edge_behavior = tl.load(probs_behavior_ptr + rows * s_pb_row + edge * s_pb_time, mask=edge_ok,
+                                other=1.0).to(DTYPE)
+        edge_taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, edge, edge_action,
+                                       edge_ok, num_actions, DTYPE)
+        edge_ratio = tl.where(edge_ok, edge_taken / edge_behavior, 0.0)
+        ratio_next = tl.where(at_edge, per_step(edge_ratio, VEC), ratio_next)
     return reward, q_value, q_next, terminated, truncated, expected_next_q, ratio, ratio_next
 
 
@@ -425,7 +502,7 @@ def retrace_scan_kernel(
     s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
     gamma: tl.float64, lambda_: tl.float64, c_bar: tl.float64, rho_bar: tl.float64,
     SPLIT: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
-    WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
+    WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr, HALVES: tl.constexpr,
 ):
     """Second pass: targets into ``targets_ptr`` (which holds E) and advantages into ``advantages_ptr``
     (which holds the ratios). One chunk per program of a time split (no walked segments)."""
@@ -443,7 +520,7 @@ def retrace_scan_kernel(
         rows, row_ok, seq_len,
     )
     scan_program(retrace_scan_load, retrace_scan_chunk, retrace_scan_store, args,
-                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), tl.zeros([BLOCK_ROWS], DTYPE),
+                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES), tl.zeros([BLOCK_ROWS], DTYPE),
                  row_tile, order, first, my_chunks, num_chunks, 1, seq_len, row_ok, status_ptr,
                  aggregate_ptr, prefix_ptr, SPLIT, False, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
 
@@ -455,10 +532,11 @@ def retrace_fused_load(args, CONSTS: tl.constexpr, chunk, steps):
     per-step inputs. A redo of the chunk recomputes the same values by the same code."""
     DTYPE: tl.constexpr = CONSTS[0]
     BLOCK_TIME: tl.constexpr = CONSTS[2]
-    ACTION_LANES: tl.constexpr = CONSTS[4]
-    ACTION_PASSES: tl.constexpr = CONSTS[5]
-    MORE_ACTIONS: tl.constexpr = CONSTS[6]
-    SUB_STEPS: tl.constexpr = CONSTS[7]
+    HALVES: tl.constexpr = CONSTS[4]
+    ACTION_LANES: tl.constexpr = CONSTS[5]
+    ACTION_PASSES: tl.constexpr = CONSTS[6]
+    MORE_ACTIONS: tl.constexpr = CONSTS[7]
+    SUB_STEPS: tl.constexpr = CONSTS[8]
     pointers, strides, num_actions, _, rows, row_ok, seq_len = args
     (_, _, _, _, _, _, _, _, s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row,
      s_act_time, s_nq_row, s_nq_time, s_nq_action) = strides
@@ -469,7 +547,7 @@ def retrace_fused_load(args, CONSTS: tl.constexpr, chunk, steps):
             s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action, s_pb_row, s_pb_time,
             s_act_row, s_act_time, s_out_row, s_out_time, rows, row_ok,
             first_step + sub * SUB_STEPS + tl.arange(0, SUB_STEPS), seq_len, num_actions,
-            ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, DTYPE,
+            ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, DTYPE, HALVES,
         )
     # the values were stored by other threads of this program
     tl.debug_barrier()
@@ -489,6 +567,7 @@ def retrace_fused_kernel(
     SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr,
     BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
     ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, SUB_STEPS: tl.constexpr,
+    HALVES: tl.constexpr,
 ):
     """Both passes in one program per chunk: each chunk's E and ratios go through the outputs (and
     the L2 cache) between the reduction over actions and the scan. Walked segments may be redone:
@@ -506,7 +585,7 @@ def retrace_fused_kernel(
         rows, row_ok, seq_len,
     )
     scan_program(retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
-                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
+                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
                  tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
                  seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
                  BLOCK_TIME, WINDOW, VEC)
