@@ -101,6 +101,9 @@ def calls(d: dict) -> dict:
         "retrace_bf16_u8": (lambda: rl_triton.compute_retrace(
             d["low"]["pt"], d["low"]["pb"], d["low"]["v"], d["low"]["nq"], d["low"]["act"], d["low"]["r"], d["low"]["term"],
             d["low"]["trunc"], 0.99, 0.95), ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 1),
+        "retrace4_bf16_u8": (lambda: rl_triton.compute_retrace(
+            d["low"]["pt"], d["low"]["pb"], d["low"]["v"], d["low"]["nq"], d["low"]["act"], d["low"]["r"], d["low"]["term"],
+            d["low"]["trunc"], 0.99, 0.95), ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 1),
         "lambda_returns": (lambda: rl_triton.compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
                                                                     bootstrap_values=d["boot"]),
                            ["r", "v", "term", "trunc", "boot"], 1),
@@ -201,7 +204,8 @@ def main() -> None:
     rows = []
     for name in args.estimators.split(","):
         for num_rows, seq_len in shapes:
-            num_actions = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace_bf16_u8": 18}.get(name, 0)
+            num_actions = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace_bf16_u8": 18,
+                           "retrace4_bf16_u8": 4}.get(name, 0)
             elements = num_rows * seq_len
             if num_actions and elements * num_actions > 2**28:
                 continue

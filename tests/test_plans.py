@@ -183,9 +183,10 @@ def test_time_major_retrace_splits_take_one_pass():
             _launch.retrace(*out, probs, steps, steps, probs, steps.long(), steps, steps, steps, 0.99, 0.95, 1.0, 1.0)
         return seen
 
-    # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: the fused kernel
+    # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: two passes
     assert kernels(64, 16384) == ["retrace_kernel"]
-    assert kernels(4096, 128) == ["retrace_fused_kernel"]
+    assert kernels(4096, 128) == ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert kernels(4096, 128, retrace_kernels="fused") == ["retrace_fused_kernel"]
     assert kernels(64, 16384, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
 
 

@@ -798,8 +798,8 @@ def _retrace_kernels(
 ) -> tuple[str, bool, TilePlan | None]:
     """(kernels, halves, plan of the kernel that scans) of a Retrace call.
 
-    Kernels: ``"fused"`` where rows are not split in time, ``"two-pass"`` for batch-major splits and
-    ``"one-pass"`` for time-major splits (``tile_override(retrace_kernels=...)`` forces one). The two
+    Kernels: ``"fused"`` where batch-major rows are not split in time, ``"one-pass"`` for time-major
+    splits, ``"two-pass"`` otherwise (``tile_override(retrace_kernels=...)`` forces one). The two
     multi-pass kernels keep E and the ratios in the outputs between reduction and scan: exactly where
     the outputs hold the compute dtype (or wider); ``halves`` where they are half as wide (bf16/fp16
     outputs of float32 compute, float32 outputs of float64), E split into the high and low halves of its
@@ -814,15 +814,23 @@ def _retrace_kernels(
         return "one-pass", False, None
     time_major = _is_time_major(rewards)
     element_bytes = _element_bytes(q_values, rewards, terminateds, truncateds, targets)
-    if kernels == "fused" or kernels is None:
+    if kernels == "fused" or (kernels is None and not time_major):
         # Walked segments where time is split: 512-step chunks, about 4 programs per multiprocessor.
+        # Narrow steps take float32's plan: the program also reduces the per-action tiles, whose sub-tiles
+        # follow its warps. Measured on an H200, bf16 values with uint8 flags, % of the copy ceiling, the
+        # bf16 plan -> float32's (-run10-retrace-bf16-plans.txt): 16384x512 4 actions 50.0 -> 74.7, 18
+        # actions 42.9 -> 67.6; 512x1024 29.3 -> 40.6 and 30.3 -> 48.3; 4096x4096 (4) 34.9 -> 45.3.
         plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
-                          element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
+                          element_bytes=max(element_bytes, 4), single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                           split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None,
                           walk_split=_RETRACE_FUSED_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
         if kernels == "fused" or not plan.split:
-            # Measured on an H200, % of the copy ceiling, two passes -> fused (-run9-retrace-fused.txt):
-            # 16384x512 78.0 -> 97.7 (4 actions) and 83.5 -> 91.2 (18), 4096x4096 77.2 -> 80.6 (4).
+            # Batch-major rows not split in time. Measured on an H200, % of the copy ceiling, two passes
+            # -> fused (benchmarks/results/h200-2026-11-30-run10-retrace-kernels.txt): 4 actions 4096x128
+            # 50.0 -> 68.0, 512x1024 55.7 -> 70.4, 16384x512 76.0 -> 95.3, 4096x4096 77.8 -> 77.5; 18
+            # actions 4096x128 68.0 -> 68.9, 512x1024 63.8 -> 70.5, 16384x512 80.2 -> 89.7. bf16 values
+            # with uint8 flags (-run10-retrace-bf16-plans.txt): 16384x512 58.7 -> 74.7 (4 actions) and
+            # 56.3 -> 67.6 (18) with the same plan.
             return "fused", halves, plan
     # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
     # takes V-trace's time-major tiles; a time split holds one chunk per program (a walked segment's
@@ -833,6 +841,8 @@ def _retrace_kernels(
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                       split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+    # Time-major [T, N] rows not split in time: two passes (measured on an H200, 18 actions, % of the copy
+    # ceiling, fused against two passes: 4096x128 35.8 / 58.4, 16384x512 53.0 / 75.0; -run10-retrace-kernels).
     if kernels is None and plan.split and time_major:
         # a time-major split would chain hundreds of small chunks in one look-back, where the one-pass
         # kernel is faster (measured on an H200, 4 actions, 64x16384 stored [T, N]: 17.6% of the copy
