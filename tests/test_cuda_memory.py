@@ -75,3 +75,19 @@ def test_time_major_and_views_are_read_in_place(gen):
         lambda: compute_vtrace(low["log_pi_target"], low["log_pi_behavior"], low["values"], low["rewards"], flags)
     )
     assert extra <= output_bytes + SLACK_BYTES
+
+
+@pytest.mark.parametrize("rows, seq_len", [(512, 1024), (8, 1 << 18)], ids=["512x1024", "8x262144-split"])
+def test_narrow_retrace_outputs_hold_its_intermediate_values(gen, rows, seq_len):
+    from rl_triton import compute_retrace
+
+    # bf16 outputs of float32 compute: E waits in the two outputs as halves of its bits, no buffer
+    ro = Rollout(gen, (rows,), seq_len, num_actions=4, dtype=torch.bfloat16, flag_dtype=torch.uint8)
+
+    def call():
+        return compute_retrace(ro.probs_target, ro.probs_behavior, ro.q_values, ro.next_q_values_all, ro.actions,
+                               ro.rewards, ro.terminateds, ro.truncateds)
+
+    call()
+    extra, output_bytes = extra_peak_bytes(call)
+    assert extra <= output_bytes + workspace_bytes(rows, seq_len, heavy=True) + SLACK_BYTES

@@ -1,22 +1,28 @@
 """Retrace(lambda): prologue (expected next Q, traces c[t+1]) and epilogue (targets, advantages).
 
-Two kernels compute it in two passes over the outputs' memory (the default where the outputs hold
-the compute dtype): ``retrace_actions_kernel`` reduces the per-action tensors, a streaming pass
-with no scan, and writes E_pi[Q(s_{t+1}, .)] into the targets and pi(a_t | s_t) / mu(a_t | s_t)
-into the advantages; ``retrace_scan_kernel`` then reads those two back with the per-step inputs
-and scans on the shared engine (``kernels/scan.py``: walked rows, grouped tiles, time splits with a
-look-back), overwriting them with the results. The ratio of step t+1 is read at t from the
-advantages inside a chunk (still the first pass's value: every program stores only the chunk it
-has loaded) and recomputed from the inputs at a chunk's edge, so no program reads a value another
-has overwritten. Nothing beyond the outputs is allocated. A time split does not walk segments:
-their redo re-reads chunks already overwritten.
+Three kernels; ``_launch._retrace_kernels`` picks one per call.
 
-``retrace_fused_kernel`` runs both passes chunk by chunk in one program (the values go through the
-outputs and the L2 cache, behind a barrier); a redo recomputes them from the inputs, so it can walk
-segments. It is reached through ``_launch.tile_override(retrace_kernels="fused")``, not by default.
+``retrace_fused_kernel`` (batch-major rows not split in time) runs two passes chunk by chunk in
+one program: it reduces the chunk's per-action tensors, stores E_pi[Q(s_{t+1}, .)] into the
+targets and pi(a_t | s_t) / mu(a_t | s_t) into the advantages, waits at a barrier, then reads them
+back with the per-step inputs and scans on the shared engine (``kernels/scan.py``), overwriting
+them with the results. The values travel through the L2 cache; nothing beyond the outputs is
+allocated. A walked segment's redo recomputes them from the inputs by the same code.
 
-``retrace_kernel`` does it in one pass (for outputs narrower than the compute dtype, which could
-not hold the intermediate values exactly). Every input is read once. The per-action tensors are
+``retrace_actions_kernel`` then ``retrace_scan_kernel`` do the same in two launches (time splits,
+and time-major rows): a streaming reduction with no scan, then the scan. The ratio of step t+1 is
+read at t from the advantages inside a chunk (still the first pass's value: every program stores
+only the chunk it has loaded) and recomputed from the inputs at a chunk's edge, so no program reads
+a value another has overwritten. A time split does not walk segments: their redo would re-read
+chunks already overwritten.
+
+Outputs half as wide as the compute dtype (bf16/fp16 outputs of float32, float32 outputs of
+float64; ``HALVES``) cannot hold E in one of them: E is stored as the high and the low half of its
+bits, one half per output, and the ratios are gathered from the inputs in the scan instead. Every
+value is then exactly the wide outputs' value, rounded once.
+
+``retrace_kernel`` does it in one pass (time-major rows split in time, and outputs narrower than
+half the compute dtype). Every input is read once. The per-action tensors are
 read as ``[rows, time, passes, lanes]`` tiles: a warp reads ``ACTION_LANES`` neighbouring actions
 of a few steps at once (a few cache lines per load) and each thread keeps ``ACTION_PASSES`` such
 lane groups of its steps, so the sums over actions are mostly additions in registers (a warp spread over all actions of one step spends
@@ -402,7 +408,8 @@ def retrace_actions_kernel(
 @triton.jit
 def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
     """The loads of one chunk of the second pass (``kernels/scan.py``: ``scan_program``): per-step inputs,
-    the first pass's E and ratio, Q(s_{t+1}, a_{t+1}) and the ratio of step t+1."""
+    the first pass's E and ratio, Q(s_{t+1}, a_{t+1}) and the ratio of step t+1 (HALVES: E from its two
+    halves, both ratios gathered from the inputs)."""
     DTYPE: tl.constexpr = CONSTS[0]
     BLOCK_ROWS: tl.constexpr = CONSTS[1]
     BLOCK_TIME: tl.constexpr = CONSTS[2]
