@@ -86,7 +86,7 @@ def test_narrow_retrace_outputs_hold_its_intermediate_values(gen, rows, seq_len)
 
     def call():
         return compute_retrace(ro.probs_target, ro.probs_behavior, ro.q_values, ro.next_q_values_all, ro.actions,
-                               ro.rewards, ro.terminateds, ro.truncateds)
+                               ro.rewards, ro.terminateds, ro.truncateds, 0.99)
 
     call()
     extra, output_bytes = extra_peak_bytes(call)

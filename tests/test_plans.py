@@ -148,8 +148,10 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     def halves(launches):
         return {meta["HALVES"] for meta in launches.values()}
 
-    # rows not split in time: the fused kernel; split: two passes
+    # rows of up to 1024 steps in one chunk: the fused kernel; longer rows and splits: two passes
     assert list(retrace_launches(4, 64, 600, torch.float32)) == fused
+    assert list(retrace_launches(4, 16, 1024, torch.float32)) == fused
+    assert list(retrace_launches(4, 64, 1025, torch.float32)) == two
     assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
     # outputs as wide as the compute dtype (or wider) hold E and the ratios as they are
     for out_dtype, input_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float32),

@@ -786,6 +786,8 @@ def retrace(
 _RETRACE_ACTIONS_TILE_VALUES = 4096
 _RETRACE_ACTIONS_WARPS = 4
 _RETRACE_ACTIONS_LANES = 2
+# the longest batch-major rows that the fused Retrace kernel takes by default
+_RETRACE_FUSED_MAX_STEPS = 1024
 # Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor.
 _RETRACE_FUSED_WALK = (512, 4)
 # values of each per-action tensor that one warp of a fused program reduces at a time
@@ -798,7 +800,7 @@ def _retrace_kernels(
 ) -> tuple[str, bool, TilePlan | None]:
     """(kernels, halves, plan of the kernel that scans) of a Retrace call.
 
-    Kernels: ``"fused"`` where batch-major rows are not split in time, ``"one-pass"`` for time-major
+    Kernels: ``"fused"`` for batch-major rows of up to 1024 steps in one chunk, ``"one-pass"`` for time-major
     splits, ``"two-pass"`` otherwise (``tile_override(retrace_kernels=...)`` forces one). The two
     multi-pass kernels keep E and the ratios in the outputs between reduction and scan: exactly where
     the outputs hold the compute dtype (or wider); ``halves`` where they are half as wide (bf16/fp16
@@ -824,8 +826,11 @@ def _retrace_kernels(
                           element_bytes=max(element_bytes, 4), single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                           split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None,
                           walk_split=_RETRACE_FUSED_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
-        if kernels == "fused" or not plan.split:
-            # Batch-major rows not split in time. Measured on an H200, % of the copy ceiling, two passes
+        if kernels == "fused" or (plan.num_chunks == 1 and plan.block_time <= _RETRACE_FUSED_MAX_STEPS):
+            # Batch-major rows of up to 1024 steps (one chunk per program); longer rows, whose program
+            # reduces many sub-tiles, keep two passes (4096x4096: 4 actions 78.8% of the copy ceiling
+            # fused, 79% in two passes; 18 actions 63.3% against 85%; -run10-std-shapes.csv and round 9's
+            # -run9-std-shapes.csv). Measured on an H200, % of the copy ceiling, two passes
             # -> fused (benchmarks/results/h200-2026-11-30-run10-retrace-kernels.txt): 4 actions 4096x128
             # 50.0 -> 68.0, 512x1024 55.7 -> 70.4, 16384x512 76.0 -> 95.3, 4096x4096 77.8 -> 77.5; 18
             # actions 4096x128 68.0 -> 68.9, 512x1024 63.8 -> 70.5, 16384x512 80.2 -> 89.7. bf16 values
