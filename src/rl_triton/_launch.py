@@ -239,7 +239,8 @@ def tile_override(
     would not; the other kernels' programs always load ahead); ``walk_programs``: a split of a kernel that
     walks segments makes about this many programs per multiprocessor (0: one chunk per program);
     ``retrace_kernels``: Retrace runs ``"one-pass"``, ``"two-pass"`` or ``"fused"`` (``retrace``) whatever
-    the call (the tile sizes then apply to the kernel that scans).
+    the call (the tile sizes then apply to the kernel that scans), except outputs narrower than half
+    the compute dtype, which always take the one-pass kernel.
     """
     global _override
     previous = _override
