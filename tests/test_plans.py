@@ -125,14 +125,15 @@ def retrace_launches(num_actions: int, rows: int, seq_len: int, out_dtype: torch
     def record(kernel, grid, *args, **meta):
         seen[kernel.fn.__name__] = meta
 
-    probs = torch.full((rows, seq_len, num_actions), 1.0 / num_actions, dtype=input_dtype)
+    # nothing is launched, so the values are never read: uninitialised memory is not touched at all
+    probs = torch.empty((rows, seq_len, num_actions), dtype=input_dtype)
     shape = (rows, seq_len)
     out = [torch.empty(shape, dtype=out_dtype), torch.empty(shape, dtype=out_dtype)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_launch, "_launch", record)
-        _launch.retrace(*out, probs, torch.ones(shape), torch.zeros(shape), torch.zeros(rows, seq_len, num_actions),
-                        torch.zeros(shape, dtype=torch.int64), torch.zeros(shape), torch.zeros(shape),
-                        torch.zeros(shape), 0.99, 0.95, 1.0, 1.0)
+        _launch.retrace(*out, probs, torch.empty(shape), torch.empty(shape), torch.empty(rows, seq_len, num_actions),
+                        torch.empty(shape, dtype=torch.int64), torch.empty(shape), torch.empty(shape),
+                        torch.empty(shape), 0.99, 0.95, 1.0, 1.0)
     return seen
 
 
