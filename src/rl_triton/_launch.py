@@ -847,17 +847,17 @@ def _retrace_kernels(
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                       split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
-    # Time-major [T, N] rows not split in time: two passes (measured on an H200, 18 actions, % of the copy
-    # ceiling, fused against two passes: 4096x128 35.8 / 58.4, 16384x512 53.0 / 75.0; -run10-retrace-kernels).
     if kernels is None and plan.split and time_major:
         # a time-major split would chain hundreds of small chunks in one look-back, where the one-pass
         # kernel is faster (measured on an H200, 4 actions, 64x16384 stored [T, N]: 17.6% of the copy
         # bandwidth in one pass, 4.4% in two; -run9-retrace-time-major.txt)
         return "one-pass", False, None
     if kernels is None:
-        # split in time, fused programs that walk segments were slower (8x2^21: 59.5 -> 47.6 with 4
-        # actions, 74.6 -> 47.3 with 18) and one chunk per program about equal (64x16384: 44.7 -> 50.0
-        # with 4, 62.7 -> 61.3 with 18; -run9-retrace-fused.txt)
+        # Two passes for the rest. Batch-major splits: fused programs that walk segments were slower
+        # (8x2^21: 59.5 -> 47.6 with 4 actions, 74.6 -> 47.3 with 18) and one chunk per program about
+        # equal (64x16384: 44.7 -> 50.0 with 4, 62.7 -> 61.3 with 18; -run9-retrace-fused.txt).
+        # Time-major rows not split in time: fused against two passes, 18 actions, 4096x128 35.8 / 58.4,
+        # 16384x512 53.0 / 75.0 (-run10-retrace-kernels.txt).
         kernels = "two-pass"
     return kernels, halves and kernels != "one-pass", plan
 

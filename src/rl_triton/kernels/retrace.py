@@ -74,6 +74,20 @@ def trace_of(taken, behavior, trace_scale, c_clip):
 
 
 @triton.jit
+def ratio_from_inputs(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time, s_pt_action,
+                      s_pb_row, s_pb_time, s_act_row, s_act_time, rows, steps, mask, num_actions, other,
+                      DTYPE: tl.constexpr):
+    """pi(a_t | s_t) / mu(a_t | s_t) at ``rows`` x ``steps`` (broadcast together), read from the inputs
+    (a gather of the taken action's probability); ``other`` where ``mask`` is off, NaN where the
+    action index is out of range."""
+    actions = tl.load(actions_ptr + rows * s_act_row + steps * s_act_time, mask=mask, other=0)
+    behavior = tl.load(probs_behavior_ptr + rows * s_pb_row + steps * s_pb_time, mask=mask, other=1.0).to(DTYPE)
+    taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, steps, actions, mask,
+                              num_actions, DTYPE)
+    return tl.where(mask, taken / behavior, other)
+
+
+@triton.jit
 def action_group(first_action, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr):
     """[1, 1, passes, lanes] action indices of a group: pass p, lane l holds action first + p * lanes + l."""
     passes = tl.arange(0, ACTION_PASSES)[:, None]
@@ -234,12 +248,11 @@ def retrace_kernel(
             after = tl.cast(num_chunks - order, tl.int64) * BLOCK_TIME
             after_ok = row_ok & (after < seq_len)
             q_after = tl.load(q_values_ptr + rows * s_q_row + after * s_q_time, mask=after_ok, other=0.0).to(DTYPE)
-            actions_after = tl.load(actions_ptr + rows * s_act_row + after * s_act_time, mask=after_ok, other=0)
-            behavior_after = tl.load(probs_behavior_ptr + rows * s_pb_row + after * s_pb_time, mask=after_ok,
-                                     other=1.0).to(DTYPE)
-            taken_after = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, after,
-                                            actions_after, after_ok, num_actions, DTYPE)
-            trace_after = tl.where(after_ok, trace_of(taken_after, behavior_after, trace_scale, c_clip), 0.0)
+            ratio_after = ratio_from_inputs(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time,
+                                            s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time, rows, after,
+                                            after_ok, num_actions, 0.0, DTYPE)
+            # c[T] := 0 past the rollout: the ratio is 0 there
+            trace_after = trace_scale * tl.minimum(ratio_after, c_clip, propagate_nan=tl.PropagateNan.ALL)
 
         in_range = (actions >= 0) & (actions < num_actions)
         # in-range indices fit in int32 (whatever their storage type); -1 matches no action
@@ -330,14 +343,10 @@ def chunk_ratio(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_p
     """pi(a_t | s_t) / mu(a_t | s_t) of a chunk's steps shifted by SHIFT, from the inputs (a gather of the
     taken action's probability); ``other`` outside the rollout, NaN where the action is out of range."""
     chunk_time = chunk_steps(chunk, BLOCK_TIME, True, VEC) + SHIFT
-    mask = step_mask(row_ok, chunk_time, seq_len, VEC)
-    steps = tl.expand_dims(chunk_time, 0)
-    actions = tl.load(actions_ptr + per_step(rows * s_act_row, VEC) + steps * s_act_time, mask=mask, other=0)
-    behavior = load_chunk(probs_behavior_ptr, rows, row_ok, s_pb_row, chunk, s_pb_time, seq_len, 1.0, DTYPE,
-                          BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=SHIFT)
-    taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, per_step(rows, VEC), steps,
-                              actions, mask, num_actions, DTYPE)
-    return tl.where(mask, taken / behavior, other)
+    return ratio_from_inputs(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time, s_pt_action,
+                             s_pb_row, s_pb_time, s_act_row, s_act_time, per_step(rows, VEC),
+                             tl.expand_dims(chunk_time, 0), step_mask(row_ok, chunk_time, seq_len, VEC), num_actions,
+                             other, DTYPE)
 
 
 @triton.jit
@@ -455,13 +464,9 @@ def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
         ratio_next = tl.load(ratio_ptr + per_step(rows * s_out_row, VEC) + tl.expand_dims(next_steps, 0) * s_out_time,
                              mask=inside, other=0.0).to(DTYPE)
         edge = (tl.cast(chunk, tl.int64) + 1) * BLOCK_TIME
-        edge_ok = row_ok & (edge < seq_len)
-        edge_action = tl.load(actions_ptr + rows * s_act_row + edge * s_act_time, mask=edge_ok, other=0)
-        edge_behavior = tl.load(probs_behavior_ptr + rows * s_pb_row + edge * s_pb_time, mask=edge_ok,
-                                other=1.0).to(DTYPE)
-        edge_taken = taken_action_prob(probs_target_ptr, s_pt_row, s_pt_time, s_pt_action, rows, edge, edge_action,
-                                       edge_ok, num_actions, DTYPE)
-        edge_ratio = tl.where(edge_ok, edge_taken / edge_behavior, 0.0)
+        edge_ratio = ratio_from_inputs(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time,
+                                       s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time, rows, edge,
+                                       row_ok & (edge < seq_len), num_actions, 0.0, DTYPE)
         ratio_next = tl.where(at_edge, per_step(edge_ratio, VEC), ratio_next)
     return reward, q_value, q_next, terminated, truncated, expected_next_q, ratio, ratio_next
 
