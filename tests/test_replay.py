@@ -120,7 +120,7 @@ def test_replay_launches_what_the_full_path_launches(fake_launches, case):
                 index = full_output_pointers[expected.data_ptr()]
                 assert value == results[index].data_ptr(), f"slot {slot}: output pointer"
             elif isinstance(expected, torch.Tensor) and any(expected is p for p in _launch._placeholders.values()):
-                assert value is expected, f"slot {slot}: placeholder"
+                assert value == expected.data_ptr(), f"slot {slot}: placeholder"
             elif isinstance(expected, torch.Tensor) and expected.data_ptr() in input_pointers:
                 assert value == expected.data_ptr(), f"slot {slot}: input pointer"
             elif isinstance(expected, torch.Tensor):  # a workspace: allocated afresh by both calls
@@ -186,3 +186,64 @@ def test_a_failing_call_leaves_no_recording_behind(fake_launches):
     assert len(function.replays) == 0
     function(*args)
     assert len(function.replays) == 1
+
+
+@pytest.mark.parametrize("torch_guards", [True, False], ids=["torch-guards", "python-matcher"])
+def test_matchers_accept_only_the_recorded_properties(monkeypatch, torch_guards):
+    monkeypatch.setattr(_replay, "USE_TORCH_GUARDS", torch_guards)
+    gen = torch.Generator().manual_seed(0)
+    recorded = [torch.randn(4, 8, generator=gen), torch.rand(4, 8, generator=gen) < 0.5]
+    matcher = _replay._tensor_matcher(recorded)
+    assert (type(matcher).__name__ == "TensorGuards") == (torch_guards and _replay._TensorGuards is not None)
+    floats, flags = torch.randn(4, 8, generator=gen), torch.zeros(4, 8, dtype=torch.bool)
+    assert matcher.check(floats, flags)
+    assert matcher.check(torch.randn(5, 8, generator=gen)[1:], flags), "an offset view has the same strides"
+    others = {
+        "shape": torch.randn(4, 9, generator=gen),
+        "strides": torch.randn(8, 4, generator=gen).t(),
+        "dtype": torch.randn(4, 8, generator=gen, dtype=torch.float64),
+        "gradient": torch.randn(4, 8, generator=gen, requires_grad=True),
+        "device": torch.randn(4, 8, device="meta"),
+        "sliced": torch.randn(4, 16, generator=gen)[:, ::2],
+    }
+    for what, other in others.items():
+        assert not matcher.check(other, flags), what
+    assert not matcher.check(floats, flags.to(torch.uint8)), "flag dtype"
+
+
+def test_replays_with_the_python_matcher(fake_launches, monkeypatch):
+    monkeypatch.setattr(_replay, "USE_TORCH_GUARDS", False)
+    function, args, kwargs = fresh_call("gae", 0)
+    function(*args, **kwargs)
+    function, args, kwargs = fresh_call("gae", 1)
+    recorded = len(fake_launches)
+    function(*args, **kwargs)
+    assert len(fake_launches) == 2 * recorded, "the second call was not replayed"
+    (entry,) = [entry for entries in function.entries.values() for entry in entries]
+    assert isinstance(entry.matcher, _replay._PropertyMatcher)
+
+
+def test_a_differently_aligned_input_is_not_replayed(fake_launches):
+    function, (rewards, values, terminateds), _ = fresh_call("gae", 0)
+    function(rewards, values, terminateds)
+    # same shape and strides, 4 bytes past a 16-byte boundary: Triton compiles another kernel
+    shifted = torch.empty(rewards.numel() + 1)[1:].view_as(rewards).copy_(rewards)
+    assert shifted.stride() == rewards.stride() and shifted.data_ptr() % 16 == 4
+    calls = len(fake_launches)
+    function(shifted, values, terminateds)
+    assert len(function.replays) == 2, "the shifted call was replayed as the aligned one"
+    _, _, args = fake_launches[calls]
+    assert args[0] is shifted, "the shifted call took the full path"
+
+
+def test_outputs_shaped_like_an_input_are_allocated_like_it(fake_launches):
+    function, args, kwargs = fresh_call("gae", 0)
+    function(*args, **kwargs)
+    (entry,) = [entry for entries in function.entries.values() for entry in entries]
+    assert "_empty_like(t0)" in entry.replay.source
+    # [N, T] views of [T, N] buffers: the output is not laid out like the inputs
+    transposed = [arg.t().contiguous().t() for arg in args]
+    full = function(*transposed)
+    replayed = function(*transposed)
+    assert len(function.replays) == 2
+    assert replayed.stride() == full.stride() != transposed[0].stride()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -544,6 +544,34 @@ def run_compiled(compiled: object, constexprs: tuple, grid: tuple[int, ...], arg
     device = driver.active.get_current_device()
     compiled.run(grid[0], 1, 1, driver.active.get_current_stream(device), compiled.function,
                  compiled.packed_metadata, None, None, None, *args, *constexprs)
+
+
+def direct_launch(compiled: object, grid: tuple[int, ...]) -> tuple[Callable, tuple[int, ...], tuple] | None:
+    """Triton 3.6's C launch function of ``compiled``, with its arguments before and after the
+    stream; the kernel's arguments and constexprs follow them. None where there is none to call.
+
+    Triton's launcher object wraps that C function in Python that allocates scratch memory when
+    a kernel needs some. For kernels that need none (all of this library's), replays
+    (``rl_triton._replay``) call the C function directly.
+    """
+    launcher = getattr(compiled, "run", None)
+    c_launch = getattr(launcher, "launch", None)
+    if (c_launch is None or type(launcher).__name__ != "CudaLauncher"
+            or getattr(launcher, "global_scratch_size", 1) != 0 or getattr(launcher, "profile_scratch_size", 1) != 0):
+        return None
+    after_stream = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+                    None, None,  # no scratch memory
+                    compiled.packed_metadata, None, None, None)  # no launch metadata or hooks
+    return c_launch, (grid[0], 1, 1), after_stream
+
+
+def replay_launcher(compiled: object, constexprs: tuple, grid: tuple[int, ...]) -> Callable[[int, list], None]:
+    """A launch of ``compiled`` for replays that have no ``direct_launch``: ``launch(stream, args)``."""
+
+    def launch_through_triton(stream: int, args: list) -> None:
+        run_compiled(compiled, constexprs, grid, args)
+
+    return launch_through_triton
 
 
 def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object, **meta: object) -> None:

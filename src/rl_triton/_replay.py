@@ -9,10 +9,17 @@ kernel launches with its own data pointers.
 A call is recorded while a ``TorchDispatchMode`` watches every tensor operation it runs. It is
 kept only if everything it did can be repeated exactly: allocations, zero fills, views, and
 kernel launches whose tensor arguments start at one of the call's input tensors (each at its
-own address) or inside one of its allocations. Anything else (a dtype conversion, a copy, a host read of data, a launch through
-Triton's own path) leaves the call unrecorded, so it always takes the full path. Calls that
+own address) or inside one of its allocations. Anything else (a dtype conversion, a copy, a
+host read of data, a launch through Triton's own path) leaves the call unrecorded, so it always takes the full path. Calls that
 need gradients, run under ``torch.compile``, the correctness flag, a forced backend, a tile
 override or Triton's interpreter or profiling hooks also take the full path.
+
+A replayed call costs finding its recording plus repeating it, and both are kept to a few
+Python operations: a key made of the call's non-tensor arguments (and of where its tensors
+stand) selects the recorded calls; each is matched on its tensors' properties by one C++ check
+(``_tensor_matcher``); the recording is one generated function (``_replay_function``) that
+reads the tensors' pointers, checks their 16-byte alignment and calls Triton's C launch function
+with every argument written out.
 """
 
 from __future__ import annotations
@@ -68,6 +75,30 @@ def active_recording() -> _Recording | None:
     return getattr(_local, "recording", None)
 
 
+_TENSOR = object()  # where a tensor stands in a call key
+
+
+def _call_key(flat_args: tuple, kwargs: dict) -> tuple[tuple, list[torch.Tensor]] | None:
+    """A call's non-tensor arguments and where its tensors stand, and its tensors; None if a call
+    like this is never replayed."""
+    parts: list = []
+    tensors: list[torch.Tensor] = []
+    for value in flat_args:
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+            parts.append(_TENSOR)
+        elif value is None or isinstance(value, torch.dtype):
+            parts.append(value)
+        elif value.__class__ in _SCALARS:
+            # 1 and 1.0 and True hash alike: keep the type
+            parts.append((value.__class__, value))
+        else:
+            return None
+    if kwargs:
+        parts.append(tuple(kwargs))
+    return tuple(parts), tensors
+
+
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
     """Everything a call's Python decides on, or None if a call like this is never replayed."""
     parts: list = []
@@ -83,7 +114,6 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
         elif value is None or isinstance(value, torch.dtype):
             parts.append(value)
         elif value.__class__ in _SCALARS:
-            # 1 and 1.0 and True hash alike: keep the type
             parts.append((value.__class__, value))
         else:
             return None
@@ -95,13 +125,53 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
     return tuple(parts)
 
 
+class _PropertyMatcher:
+    """Whether tensors have the recorded tensors' shapes, strides, dtypes, devices and no gradient."""
+
+    def __init__(self, *tensors: torch.Tensor) -> None:
+        self.properties = [self._properties(tensor) for tensor in tensors]
+
+    @staticmethod
+    def _properties(tensor: torch.Tensor) -> tuple:
+        return tensor.shape, tensor.stride(), tensor.dtype, tensor.device, tensor.requires_grad, type(tensor)
+
+    def check(self, *tensors: torch.Tensor) -> bool:
+        return [self._properties(tensor) for tensor in tensors] == self.properties
+
+
+def _tensor_matcher(tensors: list[torch.Tensor]) -> Any:
+    """A matcher of ``tensors``' properties: PyTorch's C++ tensor guard where it exists.
+
+    ``torch._C._dynamo.guards.TensorGuards`` checks dtype, device, sizes, strides, gradient and
+    dispatch keys (so subclasses and inference tensors do not match) in about 0.2 us per tensor,
+    against 1 us for reading them in Python. It must be given exactly as many tensors as it was
+    built from, and only tensors: ``_call_key`` guarantees both, since the key fixes where the
+    tensors stand. A PyTorch without it, or whose guard does not accept its own tensors, gets the
+    same check in Python.
+    """
+    if _TensorGuards is None or not USE_TORCH_GUARDS:
+        return _PropertyMatcher(*tensors)
+    try:
+        guards = _TensorGuards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        accepted = guards.check(*tensors)
+    except Exception:  # noqa: BLE001 - any failure of a private API means: check in Python
+        accepted = False
+    return guards if accepted else _PropertyMatcher(*tensors)
+
+
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # pragma: no cover - every PyTorch this library supports has it
+    _TensorGuards = None
+# tests switch this off to check the Python matcher
+USE_TORCH_GUARDS = True
+
+
 def _full_path_only() -> bool:
-    """Whether global state asks for the full path (checked on every call, in this order of cost)."""
-    if _dispatch._forced_backend.get() is not None:
-        return True
-    if _checks.correctness_checks_enabled(False) or _dispatch.interpreter_enabled():
-        return True
-    return _kernels().full_launch_path_only()
+    """Whether global state asks for the full path (checked on every call, so the flags are read
+    directly): a forced backend, the correctness flag, the interpreter, Triton's launch path."""
+    return (_dispatch._forced_backend.get() is not None or _checks._correctness_flag()
+            or _dispatch._interpreter_flag() or _kernels().full_launch_path_only())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,55 +214,110 @@ class _ResultView:
     storage_offset: int
 
 
-_ALLOCATE, _ZERO, _LAUNCH = range(3)
+def _dense_twin(allocation: _Allocation, tensors: list[torch.Tensor]) -> int | None:
+    """The first of the call's tensors that ``torch.empty_like`` turns into this allocation.
+
+    A replayed call's tensors have the recorded sizes, strides, dtypes and devices, so the
+    answer holds for every call that replays: empty_like keeps the strides of a dense tensor.
+    """
+    for index, tensor in enumerate(tensors):
+        if (tuple(tensor.shape) == allocation.size and tensor.stride() == allocation.stride
+                and tensor.dtype == allocation.dtype and tensor.device == allocation.device
+                and tensor.layout == torch.strided
+                and torch.empty_like(tensor, device="meta").stride() == allocation.stride):
+            return index
+    return None
 
 
-class _Replay:
-    """The recorded steps of one call signature, flattened for a fast loop."""
+def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, allocations: list[torch.Tensor],
+                     tensors: list[torch.Tensor], tensor_positions: list[int], alignments: tuple[int, ...],
+                     device: int | None) -> Callable:
+    """The recorded call as one Python function of the new call's tensors, or of None if their
+    pointers are not aligned as the recorded ones were.
 
-    def __init__(self, steps: list, result: list[_ResultView], is_tuple: bool,
-                 allocations: list[torch.Tensor]) -> None:
-        self.steps: list[tuple] = []
-        for step in steps:
-            if isinstance(step, _Allocation):
-                self.steps.append((_ALLOCATE, step))
-            elif isinstance(step, _ZeroFill):
-                self.steps.append((_ZERO, step.allocation))
+    The function is generated, with every recorded value bound to a name: a loop over recorded
+    steps that builds each launch's arguments costs more than the launch itself, and here the
+    arguments are written out in the call to Triton's C launch function.
+    """
+    names: dict[str, object] = {"_empty_strided": torch.empty_strided, "_empty_like": torch.empty_like,
+                                "_zeros": torch.zeros}
+
+    def bind(value: object) -> str:
+        if value is None or value.__class__ in (int, bool):
+            return repr(value)
+        name = f"_v{len(names)}"
+        names[name] = value
+        return name
+
+    tensor_index = {position: index for index, position in enumerate(tensor_positions)}
+    count = len(tensor_positions)
+    pointers = [f"p{index}" for index in range(count)]
+    lines = [f"def replay({', '.join(f't{index}' for index in range(count))}):"]
+    lines += [f"    p{index} = t{index}.data_ptr()" for index in range(count)]
+    if count and not any(alignments):
+        lines.append(f"    if ({' | '.join(pointers)}) & 15: return None")
+    elif count:
+        lines.append(f"    if ({', '.join(f'{p} & 15' for p in pointers)},) != {alignments!r}: return None")
+    if device is None:
+        lines.append("    stream = 0")
+    else:
+        names["_current_device"] = torch._C._cuda_getDevice
+        names["_current_stream"] = torch._C._cuda_getCurrentRawStream
+        # kernels launch on the current device
+        lines.append(f"    if _current_device() != {device}: return None")
+        lines.append(f"    stream = _current_stream({device})")
+    allocation = 0
+    for step in steps:
+        if isinstance(step, _Allocation):
+            if step.zeroed:
+                lines.append(f"    a{allocation} = _zeros({bind(step.size)}, dtype={bind(step.dtype)}, "
+                             f"device={bind(step.device)})")
+            elif (like := _dense_twin(step, tensors)) is not None:
+                # empty_like takes a third less host time than empty_strided
+                lines.append(f"    a{allocation} = _empty_like(t{like})")
             else:
-                self.steps.append((_LAUNCH, step.compiled, step.constexprs, step.grid, step.template,
-                                   tuple((slot, s.from_input, s.index, s.byte_offset) for slot, s in step.dynamic)))
-        # each result: an allocation as it is, or a view of it
-        self.result = []
-        for view in result:
-            allocation = allocations[view.allocation]
-            whole = (view.size == tuple(allocation.shape) and view.stride == allocation.stride()
-                     and view.storage_offset == 0)
-            self.result.append((view.allocation, None if whole else (view.size, view.stride, view.storage_offset)))
-        self.is_tuple = is_tuple
-
-    def __call__(self, flat_args: tuple) -> Any:
-        run_compiled = _kernels().run_compiled
-        allocations: list[torch.Tensor] = []
-        for step in self.steps:
-            kind = step[0]
-            if kind == _LAUNCH:
-                _, compiled, constexprs, grid, template, dynamic = step
-                args = list(template)
-                for slot, from_input, index, byte_offset in dynamic:
-                    base = flat_args[index] if from_input else allocations[index]
-                    args[slot] = base.data_ptr() + byte_offset
-                run_compiled(compiled, constexprs, grid, args)
-            elif kind == _ALLOCATE:
-                spec = step[1]
-                if spec.zeroed:
-                    allocations.append(torch.zeros(spec.size, dtype=spec.dtype, device=spec.device))
-                else:
-                    allocations.append(torch.empty_strided(spec.size, spec.stride, dtype=spec.dtype, device=spec.device))
+                lines.append(f"    a{allocation} = _empty_strided({bind(step.size)}, {bind(step.stride)}, "
+                             f"dtype={bind(step.dtype)}, device={bind(step.device)})")
+            lines.append(f"    q{allocation} = a{allocation}.data_ptr()")
+            allocation += 1
+        elif isinstance(step, _ZeroFill):
+            lines.append(f"    a{step.allocation}.zero_()")
+        else:
+            args = [bind(value) for value in step.template]
+            for slot, source in step.dynamic:
+                base = f"p{tensor_index[source.index]}" if source.from_input else f"q{source.index}"
+                args[slot] = f"{base} + {source.byte_offset}" if source.byte_offset else base
+            direct = _kernels().direct_launch(step.compiled, step.grid)
+            if direct is None:
+                launch = bind(_kernels().replay_launcher(step.compiled, step.constexprs, step.grid))
+                lines.append(f"    {launch}(stream, [{', '.join(args)}])")
             else:
-                allocations[step[1]].zero_()
-        outputs = [allocations[index] if view is None else allocations[index].as_strided(*view)
-                   for index, view in self.result]
-        return tuple(outputs) if self.is_tuple else outputs[0]
+                c_launch, grid, fixed = direct
+                head = [bind(c_launch), *map(bind, grid), "stream", *map(bind, fixed)]
+                arguments = ", ".join([*head[1:], *args, *map(bind, step.constexprs)])
+                lines.append(f"    {head[0]}({arguments})")
+    outputs = []
+    for view in result:
+        whole = allocations[view.allocation]
+        if view.size == tuple(whole.shape) and view.stride == whole.stride() and view.storage_offset == 0:
+            outputs.append(f"a{view.allocation}")
+        else:
+            outputs.append(f"a{view.allocation}.as_strided({bind(view.size)}, {bind(view.stride)}, "
+                           f"{view.storage_offset})")
+    lines.append(f"    return ({', '.join(outputs)},)" if is_tuple else f"    return {outputs[0]}")
+    source = "\n".join(lines)
+    exec(compile(source, "<rl_triton replay>", "exec"), names)  # noqa: S102 - source built above
+    function = names["replay"]
+    function.source = source  # type: ignore[attr-defined]
+    return function
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """One recorded call: calls of its key whose tensors the matcher accepts run ``replay``."""
+
+    matcher: Any
+    replay: Callable
 
 
 class _Recording(TorchDispatchMode):
@@ -256,7 +381,10 @@ class _Recording(TorchDispatchMode):
         template = list(args)
         dynamic = []
         for slot, value in enumerate(args):
-            if not isinstance(value, torch.Tensor) or any(value is constant for constant in constants):
+            if not isinstance(value, torch.Tensor):
+                continue
+            if any(value is constant for constant in constants):
+                template[slot] = value.data_ptr()  # the same tensor for every call: its pointer
                 continue
             source = self._source(value)
             if source is None:
@@ -266,7 +394,7 @@ class _Recording(TorchDispatchMode):
             dynamic.append((slot, source))
         self.steps.append(_Launch(compiled, constexprs, tuple(grid), tuple(template), tuple(dynamic)))
 
-    def finish(self, result: Any) -> _Replay | None:
+    def finish(self, result: Any) -> Callable | None:
         if not self.replayable:
             return None
         is_tuple = isinstance(result, tuple)
@@ -283,7 +411,7 @@ class _Recording(TorchDispatchMode):
             views.append(_ResultView(owners[0], tuple(tensor.shape), tensor.stride(), tensor.storage_offset()))
         return self._without_unused_allocations(views, is_tuple)
 
-    def _without_unused_allocations(self, views: list[_ResultView], is_tuple: bool) -> _Replay:
+    def _without_unused_allocations(self, views: list[_ResultView], is_tuple: bool) -> Callable:
         # allocations nothing reads back (a placeholder made during the call) are not repeated
         used = {view.allocation for view in views}
         for step in self.steps:
@@ -309,7 +437,12 @@ class _Recording(TorchDispatchMode):
                 steps.append(dataclasses.replace(step, dynamic=tuple((slot, moved(source))
                                                                      for slot, source in step.dynamic)))
         views = [dataclasses.replace(view, allocation=renumber[view.allocation]) for view in views]
-        return _Replay(steps, views, is_tuple, [self.allocations[index] for index in kept])
+        tensor_positions = [index for index, value in enumerate(self.flat_args) if isinstance(value, torch.Tensor)]
+        tensors = [self.flat_args[index] for index in tensor_positions]
+        alignments = tuple(tensor.data_ptr() & 15 for tensor in tensors)
+        device = torch.cuda.current_device() if any(tensor.is_cuda for tensor in tensors) else None
+        return _replay_function(steps, views, is_tuple, [self.allocations[index] for index in kept],
+                                tensors, tensor_positions, alignments, device)
 
     def __enter__(self) -> Self:
         _local.recording = self
@@ -332,22 +465,29 @@ def clear() -> None:
 
 def replayable(function: Function) -> Function:
     """Decorate a public estimator: CUDA calls repeat the recorded work of an identical earlier call."""
-    replays: dict[tuple, _Replay] = {}
+    replays: dict[tuple, Callable] = {}  # by signature
+    entries: dict[tuple, list[_Entry]] = {}  # by call key: what a call is matched against
     failed_recordings: dict[tuple, int] = {}
-    _all_replays.extend((replays, failed_recordings))
+    _all_replays.extend((replays, entries, failed_recordings))
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or _full_path_only():
             return function(*args, **kwargs)
+        flat_args = (*args, *kwargs.values()) if kwargs else args
+        keyed = _call_key(flat_args, kwargs)
+        if keyed is None:
+            return function(*args, **kwargs)
+        key, tensors = keyed
+        for entry in entries.get(key, ()):
+            if entry.matcher.check(*tensors):
+                result = entry.replay(*tensors)
+                if result is not None:
+                    return result
         signature = _signature(args, kwargs)
         if signature is None:
             return function(*args, **kwargs)
-        flat_args = (*args, *kwargs.values())
-        replay = replays.get(signature)
-        if replay is not None:
-            return replay(flat_args)
-        if (len(replays) >= MAX_SIGNATURES or active_recording() is not None
+        if (sum(map(len, entries.values())) >= MAX_SIGNATURES or active_recording() is not None
                 or failed_recordings.get(signature, 0) >= MAX_FAILED_RECORDINGS):
             return function(*args, **kwargs)
         with _Recording(flat_args) as recording:
@@ -355,10 +495,12 @@ def replayable(function: Function) -> Function:
         replay = recording.finish(result)
         if replay is not None:
             replays[signature] = replay
+            entries.setdefault(key, []).append(_Entry(_tensor_matcher(tensors), replay))
         elif not recording.worth_retrying and len(failed_recordings) < 16 * MAX_SIGNATURES:
             failed_recordings[signature] = failed_recordings.get(signature, 0) + 1
         return result
 
     call.replays = replays  # type: ignore[attr-defined]
+    call.entries = entries  # type: ignore[attr-defined]
     call.failed_recordings = failed_recordings  # type: ignore[attr-defined]
     return call  # type: ignore[return-value]
