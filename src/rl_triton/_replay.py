@@ -10,9 +10,10 @@ A call is recorded while a ``TorchDispatchMode`` watches every tensor operation 
 kept only if everything it did can be repeated exactly: allocations, zero fills, views, and
 kernel launches whose tensor arguments start at one of the call's input tensors (each at its
 own address) or inside one of its allocations. Anything else (a dtype conversion, a copy, a
-host read of data, a launch through Triton's own path) leaves the call unrecorded, so it always takes the full path. Calls that
-need gradients, run under ``torch.compile``, the correctness flag, a forced backend, a tile
-override or Triton's interpreter or profiling hooks also take the full path.
+host read of data, a launch through Triton's own path) leaves the call unrecorded, so it always
+takes the full path. Calls that need gradients, run under ``torch.compile``, the correctness
+flag, a forced backend, a tile override or Triton's interpreter or profiling hooks also take
+the full path.
 
 A replayed call costs finding its recording plus repeating it, and both are kept to a few
 Python operations: a key made of the call's non-tensor arguments (and of where its tensors
