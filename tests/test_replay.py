@@ -219,8 +219,8 @@ def test_replays_with_the_python_matcher(fake_launches, monkeypatch):
     recorded = len(fake_launches)
     function(*args, **kwargs)
     assert len(fake_launches) == 2 * recorded, "the second call was not replayed"
-    (entry,) = [entry for entries in function.entries.values() for entry in entries]
-    assert isinstance(entry.matcher, _replay._PropertyMatcher)
+    (replay,) = [replay for replays in function.candidates.values() for replay in replays]
+    assert isinstance(replay.matcher, _replay._PropertyMatcher)
 
 
 def test_a_differently_aligned_input_is_not_replayed(fake_launches):
@@ -239,8 +239,8 @@ def test_a_differently_aligned_input_is_not_replayed(fake_launches):
 def test_outputs_shaped_like_an_input_are_allocated_like_it(fake_launches):
     function, args, kwargs = fresh_call("gae", 0)
     function(*args, **kwargs)
-    (entry,) = [entry for entries in function.entries.values() for entry in entries]
-    assert "_empty_like(t0)" in entry.replay.source
+    (replay,) = [replay for replays in function.candidates.values() for replay in replays]
+    assert "_empty_like(t0)" in replay.source
     # [N, T] views of [T, N] buffers: the output is not laid out like the inputs
     transposed = [arg.t().contiguous().t() for arg in args]
     full = function(*transposed)

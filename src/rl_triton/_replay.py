@@ -16,11 +16,11 @@ flag, a forced backend, a tile override or Triton's interpreter or profiling hoo
 the full path.
 
 A replayed call costs finding its recording plus repeating it, and both are kept to a few
-Python operations: a key made of the call's non-tensor arguments (and of where its tensors
-stand) selects the recorded calls; each is matched on its tensors' properties by one C++ check
-(``_tensor_matcher``); the recording is one generated function (``_replay_function``) that
-reads the tensors' pointers, checks their 16-byte alignment and calls Triton's C launch function
-with every argument written out.
+Python operations: each recording is one generated function (``_replay_function``) that checks
+whether a call repeats it (its non-tensor arguments, its tensors' properties by one C++ check,
+``_tensor_matcher``, their pointers' 16-byte alignment) and if so calls Triton's C launch
+function with every argument written out. A call tries the recordings of calls that had as
+many positional arguments and the same keywords.
 """
 
 from __future__ import annotations
@@ -76,30 +76,6 @@ def active_recording() -> _Recording | None:
     return getattr(_local, "recording", None)
 
 
-_TENSOR = object()  # where a tensor stands in a call key
-
-
-def _call_key(flat_args: tuple, kwargs: dict) -> tuple[tuple, list[torch.Tensor]] | None:
-    """A call's non-tensor arguments and where its tensors stand, and its tensors; None if a call
-    like this is never replayed."""
-    parts: list = []
-    tensors: list[torch.Tensor] = []
-    for value in flat_args:
-        if isinstance(value, torch.Tensor):
-            tensors.append(value)
-            parts.append(_TENSOR)
-        elif value is None or isinstance(value, torch.dtype):
-            parts.append(value)
-        elif value.__class__ in _SCALARS:
-            # 1 and 1.0 and True hash alike: keep the type
-            parts.append((value.__class__, value))
-        else:
-            return None
-    if kwargs:
-        parts.append(tuple(kwargs))
-    return tuple(parts), tensors
-
-
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
     """Everything a call's Python decides on, or None if a call like this is never replayed."""
     parts: list = []
@@ -146,9 +122,9 @@ def _tensor_matcher(tensors: list[torch.Tensor]) -> Any:
     ``torch._C._dynamo.guards.TensorGuards`` checks dtype, device, sizes, strides, gradient and
     dispatch keys (so subclasses and inference tensors do not match) in about 0.2 us per tensor,
     against 1 us for reading them in Python. It must be given exactly as many tensors as it was
-    built from, and only tensors: ``_call_key`` guarantees both, since the key fixes where the
-    tensors stand. A PyTorch without it, or whose guard does not accept its own tensors, gets the
-    same check in Python.
+    built from, and only tensors (it crashes the process on anything else): the replay functions
+    check both first. A PyTorch without it, or whose guard does not accept its own tensors, gets
+    the same check in Python.
     """
     if _TensorGuards is None or not USE_TORCH_GUARDS:
         return _PropertyMatcher(*tensors)
@@ -231,17 +207,19 @@ def _dense_twin(allocation: _Allocation, tensors: list[torch.Tensor]) -> int | N
 
 
 def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, allocations: list[torch.Tensor],
-                     tensors: list[torch.Tensor], tensor_positions: list[int], alignments: tuple[int, ...],
-                     device: int | None) -> Callable:
-    """The recorded call as one Python function of the new call's tensors, or of None if their
-    pointers are not aligned as the recorded ones were.
+                     flat_args: tuple, device: int | None) -> Callable:
+    """The recorded call as one Python function of a new call's flattened arguments. It returns
+    the call's result if the call repeats the recorded one, and None if it does not.
 
-    The function is generated, with every recorded value bound to a name: a loop over recorded
-    steps that builds each launch's arguments costs more than the launch itself, and here the
-    arguments are written out in the call to Triton's C launch function.
+    A call repeats the recorded one if its non-tensor arguments are equal (and of the same type),
+    its tensors have the recorded properties (``_tensor_matcher``) and their pointers' 16-byte
+    alignment, and the current device is the recorded one. The function is generated, with every
+    recorded value bound to a name: a loop over recorded steps that builds each launch's
+    arguments costs more than the launch itself; here the checks are written out, and so are the
+    arguments in each call to Triton's C launch function.
     """
-    names: dict[str, object] = {"_empty_strided": torch.empty_strided, "_empty_like": torch.empty_like,
-                                "_zeros": torch.zeros}
+    names: dict[str, object] = {"_Tensor": torch.Tensor, "_empty_strided": torch.empty_strided,
+                                "_empty_like": torch.empty_like, "_zeros": torch.zeros}
 
     def bind(value: object) -> str:
         if value is None or value.__class__ in (int, bool):
@@ -250,10 +228,30 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
         names[name] = value
         return name
 
+    tensor_positions = [position for position, value in enumerate(flat_args) if isinstance(value, torch.Tensor)]
+    tensors = [flat_args[position] for position in tensor_positions]
     tensor_index = {position: index for index, position in enumerate(tensor_positions)}
-    count = len(tensor_positions)
+    variables = [f"t{tensor_index[position]}" if position in tensor_index else f"s{position}"
+                 for position in range(len(flat_args))]
+    lines = ["def replay(flat):", f"    {', '.join(variables)}, = flat" if variables else "    pass"]
+    # only tensors may reach the matcher (PyTorch's crashes on anything else): exactly torch.Tensor
+    if tensors:
+        lines.append(f"    if {' or '.join(f'{t}.__class__ is not _Tensor' for t in variables if t[0] == 't')}: "
+                     "return None")
+    for position, value in enumerate(flat_args):
+        if position in tensor_index:
+            continue
+        if value is None or isinstance(value, torch.dtype):
+            lines.append(f"    if s{position} is not {bind(value)}: return None")
+        else:  # 1, 1.0 and True are equal: compare the type too
+            lines.append(f"    if s{position}.__class__ is not {bind(value.__class__)} or s{position} != "
+                         f"{bind(value)}: return None")
+    count = len(tensors)
+    matcher = _tensor_matcher(tensors)
+    if count:
+        lines.append(f"    if not {bind(matcher.check)}({', '.join(f't{i}' for i in range(count))}): return None")
+    alignments = tuple(tensor.data_ptr() & 15 for tensor in tensors)
     pointers = [f"p{index}" for index in range(count)]
-    lines = [f"def replay({', '.join(f't{index}' for index in range(count))}):"]
     lines += [f"    p{index} = t{index}.data_ptr()" for index in range(count)]
     if count and not any(alignments):
         lines.append(f"    if ({' | '.join(pointers)}) & 15: return None")
@@ -310,15 +308,8 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     exec(compile(source, "<rl_triton replay>", "exec"), names)  # noqa: S102 - source built above
     function = names["replay"]
     function.source = source  # type: ignore[attr-defined]
+    function.matcher = matcher  # type: ignore[attr-defined]
     return function
-
-
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    """One recorded call: calls of its key whose tensors the matcher accepts run ``replay``."""
-
-    matcher: Any
-    replay: Callable
 
 
 class _Recording(TorchDispatchMode):
@@ -438,12 +429,10 @@ class _Recording(TorchDispatchMode):
                 steps.append(dataclasses.replace(step, dynamic=tuple((slot, moved(source))
                                                                      for slot, source in step.dynamic)))
         views = [dataclasses.replace(view, allocation=renumber[view.allocation]) for view in views]
-        tensor_positions = [index for index, value in enumerate(self.flat_args) if isinstance(value, torch.Tensor)]
-        tensors = [self.flat_args[index] for index in tensor_positions]
-        alignments = tuple(tensor.data_ptr() & 15 for tensor in tensors)
-        device = torch.cuda.current_device() if any(tensor.is_cuda for tensor in tensors) else None
+        device = torch.cuda.current_device() if any(
+            isinstance(value, torch.Tensor) and value.is_cuda for value in self.flat_args) else None
         return _replay_function(steps, views, is_tuple, [self.allocations[index] for index in kept],
-                                tensors, tensor_positions, alignments, device)
+                                self.flat_args, device)
 
     def __enter__(self) -> Self:
         _local.recording = self
@@ -467,28 +456,32 @@ def clear() -> None:
 def replayable(function: Function) -> Function:
     """Decorate a public estimator: CUDA calls repeat the recorded work of an identical earlier call."""
     replays: dict[tuple, Callable] = {}  # by signature
-    entries: dict[tuple, list[_Entry]] = {}  # by call key: what a call is matched against
+    # by number of positional arguments and keyword names: the replays a call may repeat, each a
+    # function that returns the call's result or None
+    candidates: dict[tuple, list[Callable]] = {}
     failed_recordings: dict[tuple, int] = {}
-    _all_replays.extend((replays, entries, failed_recordings))
+    _all_replays.extend((replays, candidates, failed_recordings))
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or _full_path_only():
             return function(*args, **kwargs)
-        flat_args = (*args, *kwargs.values()) if kwargs else args
-        keyed = _call_key(flat_args, kwargs)
-        if keyed is None:
-            return function(*args, **kwargs)
-        key, tensors = keyed
-        for entry in entries.get(key, ()):
-            if entry.matcher.check(*tensors):
-                result = entry.replay(*tensors)
-                if result is not None:
-                    return result
+        if kwargs:
+            flat_args, arity = (*args, *kwargs.values()), (len(args), *kwargs)
+        else:
+            flat_args, arity = args, (len(args),)
+        for replay in candidates.get(arity, ()):
+            result = replay(flat_args)
+            if result is not None:
+                return result
         signature = _signature(args, kwargs)
         if signature is None:
             return function(*args, **kwargs)
-        if (sum(map(len, entries.values())) >= MAX_SIGNATURES or active_recording() is not None
+        if signature in replays:
+            # recorded, yet not repeated: the recording's matcher rejects what the signature
+            # accepts (a tensor subclass, inference tensors); a few recordings, then the full path
+            failed_recordings[signature] = failed_recordings.get(signature, 0) + 1
+        if (len(replays) >= MAX_SIGNATURES or active_recording() is not None
                 or failed_recordings.get(signature, 0) >= MAX_FAILED_RECORDINGS):
             return function(*args, **kwargs)
         with _Recording(flat_args) as recording:
@@ -496,12 +489,12 @@ def replayable(function: Function) -> Function:
         replay = recording.finish(result)
         if replay is not None:
             replays[signature] = replay
-            entries.setdefault(key, []).append(_Entry(_tensor_matcher(tensors), replay))
+            candidates.setdefault(arity, []).append(replay)
         elif not recording.worth_retrying and len(failed_recordings) < 16 * MAX_SIGNATURES:
             failed_recordings[signature] = failed_recordings.get(signature, 0) + 1
         return result
 
     call.replays = replays  # type: ignore[attr-defined]
-    call.entries = entries  # type: ignore[attr-defined]
+    call.candidates = candidates  # type: ignore[attr-defined]
     call.failed_recordings = failed_recordings  # type: ignore[attr-defined]
     return call  # type: ignore[return-value]
