@@ -144,13 +144,14 @@ def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: 
 
 
 def test_retrace_kernels_by_shape_and_output_dtype():
-    fused, two = ["retrace_fused_kernel"], ["retrace_actions_kernel", "retrace_scan_kernel"]
+    fused, two = ["retrace_scan_kernel"], ["retrace_actions_kernel", "retrace_scan_kernel"]
 
     def halves(launches):
         return {meta["HALVES"] for meta in launches.values()}
 
     # rows of up to 1024 steps in one chunk: the fused kernel; longer rows and splits: two passes
-    assert list(retrace_launches(4, 64, 600, torch.float32)) == fused
+    assert list(launches := retrace_launches(4, 64, 600, torch.float32)) == fused
+    assert launches["retrace_scan_kernel"]["REDUCE"]
     assert list(retrace_launches(4, 16, 1024, torch.float32)) == fused
     assert list(retrace_launches(4, 64, 1025, torch.float32)) == two
     assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
@@ -169,10 +170,11 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     with _launch.tile_override(retrace_kernels="one-pass"):
         assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_kernel"]
     with _launch.tile_override(retrace_kernels="two-pass"):
-        assert list(retrace_launches(4, 64, 600, torch.bfloat16)) == two
+        assert list(launches := retrace_launches(4, 64, 600, torch.bfloat16)) == two
+        assert not launches["retrace_scan_kernel"]["REDUCE"] and not launches["retrace_scan_kernel"]["WALK"]
     with _launch.tile_override(retrace_kernels="fused"):
         split = retrace_launches(4, 2, 1 << 16, torch.float32)
-        assert list(split) == fused and split["retrace_fused_kernel"]["WALK"]
+        assert list(split) == fused and split["retrace_scan_kernel"]["WALK"] and split["retrace_scan_kernel"]["REDUCE"]
 
 
 def test_time_major_retrace_splits_take_one_pass():
@@ -189,7 +191,7 @@ def test_time_major_retrace_splits_take_one_pass():
     # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: two passes
     assert kernels(64, 16384) == ["retrace_kernel"]
     assert kernels(4096, 128) == ["retrace_actions_kernel", "retrace_scan_kernel"]
-    assert kernels(4096, 128, retrace_kernels="fused") == ["retrace_fused_kernel"]
+    assert kernels(4096, 128, retrace_kernels="fused") == ["retrace_scan_kernel"]
     assert kernels(64, 16384, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
 
 

@@ -25,7 +25,6 @@ from rl_triton.kernels.prefix_sum import episodic_scan_kernel
 from rl_triton.kernels.recurrence import linear_recurrence_kernel
 from rl_triton.kernels.retrace import (
     retrace_actions_kernel,
-    retrace_fused_kernel,
     retrace_kernel,
     retrace_scan_kernel,
 )
@@ -897,7 +896,8 @@ def _retrace_two_passes(
     gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
     halves: bool, plan: TilePlan,
 ) -> None:
-    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``."""
+    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``
+    without its reduction."""
     num_rows, seq_len, num_actions = action_probs_target.shape
     group = lanes * passes
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
@@ -922,18 +922,9 @@ def _retrace_two_passes(
         MORE_ACTIONS=num_actions > group, DTYPE=_triton_dtype(dtype), HALVES=halves, num_warps=num_warps,
         num_stages=1,
     )
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
-    _launch(
-        retrace_scan_kernel, plan.grid,
-        q_values, rewards, terminateds, truncateds, targets, advantages,
-        action_probs_target, action_probs_behavior, actions,
-        status, aggregates, prefixes, counter,
-        num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles,
-        *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
-        *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
-        *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
-        PREFETCH=plan.prefetch, VEC=plan.vec, HALVES=halves, **_meta(plan, dtype),
-    )
+    _retrace_scan(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
+                  actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, halves, plan,
+                  reduce=False)
 
 
 def _retrace_fused(
@@ -943,24 +934,43 @@ def _retrace_fused(
     gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
     halves: bool, plan: TilePlan,
 ) -> None:
-    """Retrace in ``retrace_fused_kernel``: one launch (walked segments where time is split)."""
-    num_rows, seq_len, num_actions = action_probs_target.shape
+    """Retrace in one launch of ``retrace_scan_kernel`` that reduces each chunk's actions first
+    (walked segments where time is split)."""
     group = lanes * passes
     sub_steps = max(1, _RETRACE_FUSED_WARP_VALUES * plan.num_warps // (group * plan.block_rows))
     sub_steps = min(plan.block_time, 1 << (sub_steps.bit_length() - 1))
+    _retrace_scan(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
+                  actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, halves, plan,
+                  reduce=True, lanes=lanes, passes=passes, sub_steps=sub_steps)
+
+
+def _retrace_scan(
+    targets: torch.Tensor, advantages: torch.Tensor, action_probs_target: torch.Tensor,
+    action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
+    actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
+    gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, halves: bool,
+    plan: TilePlan, reduce: bool, lanes: int = 1, passes: int = 1, sub_steps: int = 1,
+) -> None:
+    """``retrace_scan_kernel``; ``reduce``: it computes each chunk's E and ratios itself (the
+    action grouping and sub-tiles apply only then)."""
+    num_rows, seq_len, num_actions = action_probs_target.shape
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    meta = _meta(plan, dtype, walk=True)
+    if not reduce:
+        meta["WALK"] = False  # E and the ratios are in the outputs, which a redo would have overwritten
     _launch(
-        retrace_fused_kernel, plan.grid,
+        retrace_scan_kernel, plan.grid,
         q_values, rewards, terminateds, truncateds, targets, advantages,
         action_probs_target, action_probs_behavior, actions, next_q_values_all,
         status, aggregates, prefixes, counter,
-        num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
+        num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles,
+        plan.segment_chunks if reduce else 1,
         *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
         *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
         *next_q_values_all.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
-        PREFETCH=plan.prefetch, VEC=plan.vec, ACTION_LANES=lanes, ACTION_PASSES=passes,
-        MORE_ACTIONS=num_actions > group, SUB_STEPS=sub_steps, HALVES=halves, **_meta(plan, dtype, walk=True),
+        REDUCE=reduce, PREFETCH=plan.prefetch, VEC=plan.vec, ACTION_LANES=lanes, ACTION_PASSES=passes,
+        MORE_ACTIONS=reduce and num_actions > lanes * passes, SUB_STEPS=sub_steps, HALVES=halves, **meta,
     )
 
 

@@ -1,20 +1,21 @@
 """Retrace(lambda): prologue (expected next Q, traces c[t+1]) and epilogue (targets, advantages).
 
-Three kernels; ``_launch._retrace_kernels`` picks one per call.
+Three kernels; ``_launch._retrace_kernels`` picks how a call runs.
 
-``retrace_fused_kernel`` (batch-major rows not split in time) runs two passes chunk by chunk in
-one program: it reduces the chunk's per-action tensors, stores E_pi[Q(s_{t+1}, .)] into the
-targets and pi(a_t | s_t) / mu(a_t | s_t) into the advantages, waits at a barrier, then reads them
-back with the per-step inputs and scans on the shared engine (``kernels/scan.py``), overwriting
-them with the results. The values travel through the L2 cache; nothing beyond the outputs is
-allocated. A walked segment's redo recomputes them from the inputs by the same code.
+``retrace_scan_kernel`` with ``REDUCE`` (the fused kernel: batch-major rows not split in time)
+runs two passes chunk by chunk in one program: it reduces the chunk's per-action tensors, stores
+E_pi[Q(s_{t+1}, .)] into the targets and pi(a_t | s_t) / mu(a_t | s_t) into the advantages, waits
+at a barrier, then reads them back with the per-step inputs and scans on the shared engine
+(``kernels/scan.py``), overwriting them with the results. The values travel through the L2 cache;
+nothing beyond the outputs is allocated. A walked segment's redo recomputes them from the inputs
+by the same code.
 
-``retrace_actions_kernel`` then ``retrace_scan_kernel`` do the same in two launches (time splits,
-and time-major rows): a streaming reduction with no scan, then the scan. The ratio of step t+1 is
-read at t from the advantages inside a chunk (still the first pass's value: every program stores
-only the chunk it has loaded) and recomputed from the inputs at a chunk's edge, so no program reads
-a value another has overwritten. A time split does not walk segments: their redo would re-read
-chunks already overwritten.
+``retrace_actions_kernel`` then ``retrace_scan_kernel`` without ``REDUCE`` do the same in two
+launches (time splits, and time-major rows): a streaming reduction with no scan, then the scan.
+The ratio of step t+1 is read at t from the advantages inside a chunk (still the first pass's
+value: every program stores only the chunk it has loaded) and recomputed from the inputs at a
+chunk's edge, so no program reads a value another has overwritten. A time split does not walk
+segments: their redo would re-read chunks already overwritten.
 
 Outputs half as wide as the compute dtype (bf16/fp16 outputs of float32, float32 outputs of
 float64; ``HALVES``) cannot hold E in one of them: E is stored as the high and the low half of its
@@ -505,39 +506,6 @@ def retrace_scan_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk
 
 
 @triton.jit
-def retrace_scan_kernel(
-    q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
-    probs_target_ptr, probs_behavior_ptr, actions_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
-    num_rows, seq_len, num_actions, num_chunks, num_row_tiles,
-    s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
-    s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
-    gamma: tl.float64, lambda_: tl.float64, c_bar: tl.float64, rho_bar: tl.float64,
-    SPLIT: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
-    WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr, HALVES: tl.constexpr,
-):
-    """Second pass: targets into ``targets_ptr`` (which holds E) and advantages into ``advantages_ptr``
-    (which holds the ratios). One chunk per program of a time split (no walked segments)."""
-    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, 1, SPLIT)
-    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    args = (
-        # the fused kernel's tuples, without the next-Q tensor that only its loads read
-        (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,
-         probs_behavior_ptr, actions_ptr, probs_target_ptr),
-        (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
-         s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
-         0, 0, 0),
-        num_actions,
-        (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
-        rows, row_ok, seq_len,
-    )
-    scan_program(retrace_scan_load, retrace_scan_chunk, retrace_scan_store, args,
-                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES), tl.zeros([BLOCK_ROWS], DTYPE),
-                 row_tile, order, first, my_chunks, num_chunks, 1, seq_len, row_ok, status_ptr,
-                 aggregate_ptr, prefix_ptr, SPLIT, False, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-
-
-@triton.jit
 def retrace_fused_load(args, CONSTS: tl.constexpr, chunk, steps):
     """One chunk of the fused kernel: its E and ratios computed and stored into the outputs (in
     sub-tiles of SUB_STEPS steps), a barrier, then ``retrace_scan_load``'s loads of them and the
@@ -567,7 +535,7 @@ def retrace_fused_load(args, CONSTS: tl.constexpr, chunk, steps):
 
 
 @triton.jit
-def retrace_fused_kernel(
+def retrace_scan_kernel(
     q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
     probs_target_ptr, probs_behavior_ptr, actions_ptr, next_q_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
@@ -576,14 +544,21 @@ def retrace_fused_kernel(
     s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
     s_nq_row, s_nq_time, s_nq_action,
     gamma: tl.float64, lambda_: tl.float64, c_bar: tl.float64, rho_bar: tl.float64,
-    SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-    BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
-    ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, SUB_STEPS: tl.constexpr,
-    HALVES: tl.constexpr,
+    REDUCE: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
+    VEC: tl.constexpr, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr,
+    SUB_STEPS: tl.constexpr, HALVES: tl.constexpr,
 ):
-    """Both passes in one program per chunk: each chunk's E and ratios go through the outputs (and
-    the L2 cache) between the reduction over actions and the scan. Walked segments may be redone:
-    the redo recomputes a chunk's E and ratios from the inputs."""
+    """Targets into ``targets_ptr`` and advantages into ``advantages_ptr``, from E and the ratios
+    stored there.
+
+    REDUCE (both passes in one program per chunk): each chunk's E and ratios are first computed
+    from the per-action inputs (``retrace_fused_load``), through the outputs and the L2 cache.
+    Walked segments may be redone: the redo recomputes a chunk's E and ratios from the inputs.
+    Otherwise ``retrace_actions_kernel`` stored them before this launch; the per-action arguments
+    after the actions (next-Q and its strides, ACTION_*, SUB_STEPS) are unused, and a time split
+    takes one chunk per program (no walk: a redo would re-read chunks already overwritten).
+    """
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     args = (
@@ -596,8 +571,15 @@ def retrace_fused_kernel(
         (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
         rows, row_ok, seq_len,
     )
-    scan_program(retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
-                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
-                 tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
-                 seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
-                 BLOCK_TIME, WINDOW, VEC)
+    if REDUCE:
+        scan_program(retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
+                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
+                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
+                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
+                     BLOCK_TIME, WINDOW, VEC)
+    else:
+        scan_program(retrace_scan_load, retrace_scan_chunk, retrace_scan_store, args,
+                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES),
+                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, 1,
+                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, False, PREFETCH, True,
+                     BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
