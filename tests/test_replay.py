@@ -247,3 +247,37 @@ def test_outputs_shaped_like_an_input_are_allocated_like_it(fake_launches):
     replayed = function(*transposed)
     assert len(function.replays) == 2
     assert replayed.stride() == full.stride() != transposed[0].stride()
+
+
+class TaggedTensor(torch.Tensor):
+    """A tensor subclass, as some libraries hand out: its calls are never replayed."""
+
+
+def test_tensor_subclasses_take_the_full_path(fake_launches):
+    function, args, _ = fresh_call("gae", 0)
+    tagged = [arg.as_subclass(TaggedTensor) for arg in args]
+    for call in range(5):
+        launches = len(fake_launches)
+        function(*tagged)
+        _, _, launched = fake_launches[launches]
+        assert any(value is tagged[0] for value in launched), f"call {call} was replayed"
+    # recorded twice (the second time in case the first recording's matcher was the odd one out)
+    assert list(function.failed_recordings.values()) == [_replay.MAX_FAILED_RECORDINGS]
+
+
+def test_calls_in_inference_mode_are_recorded_for_themselves(fake_launches):
+    # PyTorch's tensor guard tells inference tensors apart (other dispatch keys): such calls get a
+    # recording of their own, and calls outside inference mode keep theirs
+    function, args, _ = fresh_call("gae", 0)
+    function(*args)
+    with torch.inference_mode():
+        inference_args = [arg.clone() for arg in args]
+        for _ in range(3):
+            function(*inference_args)
+    replayed = len(fake_launches)
+    with torch.inference_mode():
+        function(*inference_args)
+    function(*args)
+    assert all(isinstance(value, int) for value in fake_launches[replayed][2][:3]), "not replayed"
+    assert all(isinstance(value, int) for value in fake_launches[replayed + 1][2][:3]), "not replayed"
+    assert len([replay for replays in function.candidates.values() for replay in replays]) == 2

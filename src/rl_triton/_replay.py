@@ -477,12 +477,12 @@ def replayable(function: Function) -> Function:
         signature = _signature(args, kwargs)
         if signature is None:
             return function(*args, **kwargs)
-        if signature in replays:
+        failed = failed_recordings.get(signature, 0)
+        if signature in replays and failed < MAX_FAILED_RECORDINGS:
             # recorded, yet not repeated: the recording's matcher rejects what the signature
             # accepts (a tensor subclass, inference tensors); a few recordings, then the full path
-            failed_recordings[signature] = failed_recordings.get(signature, 0) + 1
-        if (len(replays) >= MAX_SIGNATURES or active_recording() is not None
-                or failed_recordings.get(signature, 0) >= MAX_FAILED_RECORDINGS):
+            failed = failed_recordings[signature] = failed + 1
+        if len(replays) >= MAX_SIGNATURES or active_recording() is not None or failed >= MAX_FAILED_RECORDINGS:
             return function(*args, **kwargs)
         with _Recording(flat_args) as recording:
             result = function(*args, **kwargs)
