@@ -748,9 +748,12 @@ def retrace(
         # 93.7, 4096x4096 70.8 -> 94.8, 8x2^21 70.2 -> 95.9.
         lanes = action_lanes or min(triton.next_power_of_2(num_actions), _RETRACE_ACTIONS_LANES)
         passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
-        launch = _retrace_fused if kernels == "fused" else _retrace_two_passes
-        launch(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions,
-               rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, lanes, passes, halves, plan)
+        if kernels == "two-pass":
+            _retrace_actions(targets, advantages, action_probs_target, action_probs_behavior, next_q_values_all,
+                             actions, dtype, lanes, passes, halves)
+        _retrace_scan(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
+                      actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, lanes, passes,
+                      halves, plan, reduce=kernels == "fused")
         return
     lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
     passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
@@ -889,15 +892,12 @@ def _retrace_kernels(
     return kernels, halves and kernels != "one-pass", plan
 
 
-def _retrace_two_passes(
+def _retrace_actions(
     targets: torch.Tensor, advantages: torch.Tensor, action_probs_target: torch.Tensor,
-    action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
-    actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
-    gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
-    halves: bool, plan: TilePlan,
+    action_probs_behavior: torch.Tensor, next_q_values_all: torch.Tensor, actions: torch.Tensor,
+    dtype: torch.dtype, lanes: int, passes: int, halves: bool,
 ) -> None:
-    """Retrace as ``retrace_actions_kernel`` (E and ratios into the outputs), then ``retrace_scan_kernel``
-    without its reduction."""
+    """The first of two passes: ``retrace_actions_kernel`` stores E and the ratios into the outputs."""
     num_rows, seq_len, num_actions = action_probs_target.shape
     group = lanes * passes
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
@@ -922,55 +922,42 @@ def _retrace_two_passes(
         MORE_ACTIONS=num_actions > group, DTYPE=_triton_dtype(dtype), HALVES=halves, num_warps=num_warps,
         num_stages=1,
     )
-    _retrace_scan(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
-                  actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, halves, plan,
-                  reduce=False)
-
-
-def _retrace_fused(
-    targets: torch.Tensor, advantages: torch.Tensor, action_probs_target: torch.Tensor,
-    action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
-    actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
-    gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
-    halves: bool, plan: TilePlan,
-) -> None:
-    """Retrace in one launch of ``retrace_scan_kernel`` that reduces each chunk's actions first
-    (walked segments where time is split)."""
-    group = lanes * passes
-    sub_steps = max(1, _RETRACE_FUSED_WARP_VALUES * plan.num_warps // (group * plan.block_rows))
-    sub_steps = min(plan.block_time, 1 << (sub_steps.bit_length() - 1))
-    _retrace_scan(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
-                  actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, halves, plan,
-                  reduce=True, lanes=lanes, passes=passes, sub_steps=sub_steps)
 
 
 def _retrace_scan(
     targets: torch.Tensor, advantages: torch.Tensor, action_probs_target: torch.Tensor,
     action_probs_behavior: torch.Tensor, q_values: torch.Tensor, next_q_values_all: torch.Tensor,
     actions: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
-    gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, halves: bool,
-    plan: TilePlan, reduce: bool, lanes: int = 1, passes: int = 1, sub_steps: int = 1,
+    gamma: float, lambda_: float, c_bar: float, rho_bar: float, dtype: torch.dtype, lanes: int, passes: int,
+    halves: bool, plan: TilePlan, reduce: bool,
 ) -> None:
-    """``retrace_scan_kernel``; ``reduce``: it computes each chunk's E and ratios itself (the
-    action grouping and sub-tiles apply only then)."""
+    """``retrace_scan_kernel``. ``reduce``: the fused kernel, which computes each chunk's E and ratios
+    itself (walked segments where time is split); otherwise the second of two passes, after
+    ``_retrace_actions`` (one chunk per program: a redo would read outputs already overwritten)."""
     num_rows, seq_len, num_actions = action_probs_target.shape
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     meta = _meta(plan, dtype, walk=True)
-    if not reduce:
-        meta["WALK"] = False  # E and the ratios are in the outputs, which a redo would have overwritten
+    if reduce:
+        group = lanes * passes
+        sub_steps = max(1, _RETRACE_FUSED_WARP_VALUES * plan.num_warps // (group * plan.block_rows))
+        sub_steps = min(plan.block_time, 1 << (sub_steps.bit_length() - 1))
+        segment_chunks = plan.segment_chunks
+    else:
+        # the kernel does not read the action grouping: one value for every call, one compiled kernel
+        lanes = passes = sub_steps = segment_chunks = 1
+        meta["WALK"] = False
+    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         retrace_scan_kernel, plan.grid,
         q_values, rewards, terminateds, truncateds, targets, advantages,
         action_probs_target, action_probs_behavior, actions, next_q_values_all,
         status, aggregates, prefixes, counter,
-        num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles,
-        plan.segment_chunks if reduce else 1,
+        num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles, segment_chunks,
         *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
         *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
         *next_q_values_all.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
         REDUCE=reduce, PREFETCH=plan.prefetch, VEC=plan.vec, ACTION_LANES=lanes, ACTION_PASSES=passes,
-        MORE_ACTIONS=reduce and num_actions > lanes * passes, SUB_STEPS=sub_steps, HALVES=halves, **meta,
+        MORE_ACTIONS=num_actions > lanes * passes if reduce else False, SUB_STEPS=sub_steps, HALVES=halves, **meta,
     )
 
 
