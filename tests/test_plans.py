@@ -153,8 +153,16 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     assert list(launches := retrace_launches(4, 64, 600, torch.float32)) == fused
     assert launches["retrace_scan_kernel"]["REDUCE"]
     assert list(retrace_launches(4, 16, 1024, torch.float32)) == fused
-    assert list(retrace_launches(4, 64, 1025, torch.float32)) == two
-    assert list(retrace_launches(4, 2, 1 << 16, torch.float32)) == two
+    assert list(launches := retrace_launches(4, 64, 1025, torch.float32)) == two
+    # the scan of rows not split in time reads no per-action tensor: one compiled kernel for any grouping
+    scan = launches["retrace_scan_kernel"]
+    assert not scan["WALK"] and (scan["ACTION_LANES"], scan["ACTION_PASSES"], scan["SUB_STEPS"]) == (1, 1, 1)
+    # a time split walks segments (128 chunks of 512 steps, 8 programs per row on 4 multiprocessors); the
+    # redo of a segment's head reduces the per-action tiles again, so the scan takes the real grouping
+    assert list(launches := retrace_launches(4, 2, 1 << 16, torch.float32)) == two
+    scan = launches["retrace_scan_kernel"]
+    assert scan["WALK"] and not scan["REDUCE"] and scan["BLOCK_TIME"] == 512
+    assert (scan["ACTION_LANES"], scan["ACTION_PASSES"]) == (2, 2) and scan["SUB_STEPS"] > 1
     # outputs as wide as the compute dtype (or wider) hold E and the ratios as they are
     for out_dtype, input_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float32),
                                    (torch.float64, torch.float64)):

@@ -3,7 +3,7 @@ then redo their segment's first chunks with the true carry until the carry out i
 
 How far the redo goes depends on the data: one chunk when a reset follows soon, the whole segment
 when nothing resets and the decay never rounds the carry away. Both ends are checked against the
-float64 oracle, with every kernel that walks (GAE, V-trace, Retrace's fused kernel, lambda- and
+float64 oracle, with every kernel that walks (GAE, V-trace, Retrace's fused kernel and two passes, lambda- and
 discounted returns, eligibility traces, prefix sums).
 """
 
@@ -21,6 +21,15 @@ from rl_triton.ops.vtrace import compute_vtrace
 
 def estimator_calls(gamma: float, lambda_: float) -> dict:
     """(public function, kwargs builder) per walking estimator; kwargs read from a rollout."""
+    def retrace_kwargs(r):
+        # behaviour probabilities of 0.01: every ratio clips to c_bar, so the decay is gamma * lambda
+        # (the redo recomputes each chunk's expected next Q and ratios from the inputs)
+        return {
+            "action_probs_target": r.probs_target, "action_probs_behavior": torch.full_like(r.probs_behavior, 0.01),
+            "q_values": r.q_values, "next_q_values_all": r.next_q_values_all, "actions": r.actions,
+            "rewards": r.rewards, "terminateds": r.terminateds, "truncateds": r.truncateds, "gamma": gamma,
+            "lambda_": lambda_}
+
     return {
         "gae": (compute_gae, lambda r: {
             "rewards": r.rewards, "values": r.values, "terminateds": r.terminateds, "truncateds": r.truncateds,
@@ -32,13 +41,8 @@ def estimator_calls(gamma: float, lambda_: float) -> dict:
             "log_pi_target": r.log_pi_target, "log_pi_behavior": r.log_pi_behavior, "values": r.values,
             "rewards": r.rewards, "terminateds": r.terminateds, "truncateds": r.truncateds,
             "bootstrap_values": r.bootstrap_values, "gamma": gamma}),
-        # behaviour probabilities of 0.01: every ratio clips to c_bar, so the decay is gamma * lambda
-        # (the redo recomputes each chunk's expected next Q and ratios from the inputs)
-        "retrace": (compute_retrace, lambda r: {
-            "action_probs_target": r.probs_target, "action_probs_behavior": torch.full_like(r.probs_behavior, 0.01),
-            "q_values": r.q_values, "next_q_values_all": r.next_q_values_all, "actions": r.actions,
-            "rewards": r.rewards, "terminateds": r.terminateds, "truncateds": r.truncateds, "gamma": gamma,
-            "lambda_": lambda_}),
+        "retrace": (compute_retrace, retrace_kwargs),
+        "retrace_two_passes": (compute_retrace, retrace_kwargs),
         "lambda": (compute_lambda_returns, lambda r: {
             "rewards": r.rewards, "next_values": r.next_values, "terminateds": r.terminateds,
             "truncateds": r.truncateds, "bootstrap_values": r.bootstrap_values, "gamma": gamma, "lambda_": lambda_}),
@@ -89,8 +93,9 @@ def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK, time_major=False):
                   for key, value in kwargs.items()}
         kwargs["time_dim"] = 0
     if compute is compute_retrace:
-        # the Retrace kernel that walks segments (its two passes split time one chunk per program)
-        tile = {**tile, "retrace_kernels": "fused"}
+        # Retrace walks in both of its multi-pass forms: the fused kernel, and the scan of two passes
+        # (whose redo recomputes the first pass's values, overwritten by the walk, from the inputs)
+        tile = {**tile, "retrace_kernels": "two-pass" if name == "retrace_two_passes" else "fused"}
     with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
         out = compute(**kwargs)
     if time_major:
@@ -114,7 +119,7 @@ def test_with_resets_the_redo_stops_early(name, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
-@pytest.mark.parametrize("name", ["gae", "lambda", "traces", "prefix_sum"])
+@pytest.mark.parametrize("name", ["gae", "lambda", "traces", "prefix_sum", "retrace_two_passes"])
 def test_segment_edges_at_episode_ends(name, make_rollout):
     # episodes that end at the last step before a segment edge or at the first step after it, where
     # the carry into the next segment is zero or the reset is the first step the redo reads.

@@ -821,6 +821,8 @@ _RETRACE_ACTIONS_LANES = 2
 _RETRACE_FUSED_MAX_STEPS = 1024
 # Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor.
 _RETRACE_FUSED_WALK = (512, 4)
+# Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
+_RETRACE_SCAN_WALK = (512, 4)
 # values of each per-action tensor that one warp of a fused program reduces at a time
 _RETRACE_FUSED_WARP_VALUES = 512
 
@@ -876,7 +878,8 @@ def _retrace_kernels(
     # 45 -> 51-54 against 512; 64x16384 34 -> 38).
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
-                      split_block_time=_SPLIT_BLOCK_TIME, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+                      split_block_time=_SPLIT_BLOCK_TIME, walk_split=_RETRACE_SCAN_WALK,
+                      time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
     if kernels is None and plan.split and time_major:
         # a time-major split would chain hundreds of small chunks in one look-back, where the one-pass
         # kernel is faster (measured on an H200, 4 actions, 64x16384 stored [T, N]: 17.6% of the copy
@@ -936,7 +939,8 @@ def _retrace_scan(
     ``_retrace_actions`` (one chunk per program: a redo would read outputs already overwritten)."""
     num_rows, seq_len, num_actions = action_probs_target.shape
     meta = _meta(plan, dtype, walk=True)
-    if reduce:
+    if reduce or plan.walk:
+        # the fused kernel, and a walked segment's redo, reduce the per-action tiles themselves
         group = lanes * passes
         sub_steps = max(1, _RETRACE_FUSED_WARP_VALUES * plan.num_warps // (group * plan.block_rows))
         sub_steps = min(plan.block_time, 1 << (sub_steps.bit_length() - 1))
@@ -944,7 +948,6 @@ def _retrace_scan(
     else:
         # the kernel does not read the action grouping: one value for every call, one compiled kernel
         lanes = passes = sub_steps = segment_chunks = 1
-        meta["WALK"] = False
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         retrace_scan_kernel, plan.grid,

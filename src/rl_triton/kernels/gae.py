@@ -130,7 +130,7 @@ def gae_kernel(
          s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time),
         last_value, (tl.cast(gamma, DTYPE), tl.cast(gamma * lambda_, DTYPE)), rows, row_ok, seq_len,
     )
-    scan_program(gae_load, gae_scan, gae_store, args, (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC),
+    scan_program(gae_load, gae_load, gae_scan, gae_store, args, (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC),
                  tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
                  seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
                  BLOCK_TIME, WINDOW, VEC)

@@ -80,7 +80,7 @@ def episodic_scan_kernel(
         (inputs_ptr, dones_ptr, out_ptr), (s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_out_row, s_out_time),
         tl.cast(decay, DTYPE), rows, row_ok, seq_len,
     )
-    scan_program(episodic_load, episodic_scan, episodic_store, args,
+    scan_program(episodic_load, episodic_load, episodic_scan, episodic_store, args,
                  (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), carry, row_tile, order, first, my_chunks,
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
                  PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)

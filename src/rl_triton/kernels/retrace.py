@@ -572,14 +572,16 @@ def retrace_scan_kernel(
         rows, row_ok, seq_len,
     )
     if REDUCE:
-        scan_program(retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
+        scan_program(retrace_fused_load, retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
                      (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
                      tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
                      seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
                      BLOCK_TIME, WINDOW, VEC)
     else:
-        scan_program(retrace_scan_load, retrace_scan_chunk, retrace_scan_store, args,
-                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES),
-                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, 1,
-                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, False, PREFETCH, True,
-                     BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+        # a walked segment's redo re-reads chunks this program has already overwritten: it recomputes
+        # their E and ratios from the inputs, as the fused kernel does
+        scan_program(retrace_scan_load, retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
+                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
+                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
+                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
+                     BLOCK_TIME, WINDOW, VEC)

@@ -104,7 +104,7 @@ def returns_kernel(
         (tl.cast(gamma, DTYPE), tl.cast(gamma * (1.0 - lambda_), DTYPE), tl.cast(gamma * lambda_, DTYPE)),
         rows, row_ok, seq_len,
     )
-    scan_program(returns_load, returns_scan, returns_store, args,
+    scan_program(returns_load, returns_load, returns_scan, returns_store, args,
                  (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), carry,
                  row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
                  aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)

@@ -273,7 +273,8 @@ def scan_chunk_and_store(scan_fn, store_fn, args, CONSTS: tl.constexpr, inputs, 
 
 
 @triton.jit
-def scan_program(load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, row_tile, order, first, my_chunks,
+def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, row_tile, order, first,
+                 my_chunks,
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr,
                  SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BACKWARD: tl.constexpr,
                  BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
@@ -286,7 +287,8 @@ def scan_program(load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, 
     chunk)`` writes the chunk's outputs from its true carry. Programs of several chunks (PREFETCH)
     load each next chunk before scanning the current one; other programs hold one chunk (a split's, or
     a row of one chunk). A walked segment (WALK) is walked from a zero carry, then looked back over
-    and its first chunks redone (``walk_lookback``).
+    and its first chunks redone (``walk_lookback``), whose inputs ``redo_load_fn`` reads (the same
+    arguments as ``load_fn``; a kernel whose outputs overwrite intermediate inputs recomputes them).
     """
     end = first + my_chunks
     chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
@@ -316,7 +318,7 @@ def scan_program(load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, 
             walk_decay, BLOCK_ROWS, WINDOW)
         while pending:
             chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
-            inputs = load_fn(args, CONSTS, chunk, steps)
+            inputs = redo_load_fn(args, CONSTS, chunk, steps)
             chunk_a, chunk_b, carry = scan_chunk_and_store(
                 scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
                 row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)

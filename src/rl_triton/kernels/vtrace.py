@@ -121,7 +121,7 @@ def vtrace_kernel(
          s_out_time),
         last_value, (tl.cast(gamma, DTYPE), tl.cast(rho_bar, DTYPE), tl.cast(c_bar, DTYPE)), rows, row_ok, seq_len,
     )
-    scan_program(vtrace_load, vtrace_scan, vtrace_store, args,
+    scan_program(vtrace_load, vtrace_load, vtrace_scan, vtrace_store, args,
                  (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), tl.zeros([BLOCK_ROWS], DTYPE),
                  row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
                  aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
