@@ -150,18 +150,21 @@ def test_retrace_kernels_by_shape_and_output_dtype():
         return {meta["HALVES"] for meta in launches.values()}
 
     # rows of up to 1024 steps in one chunk: the fused kernel; longer rows and splits: two passes
-    assert list(launches := retrace_launches(4, 64, 600, torch.float32)) == fused
+    launches = retrace_launches(4, 64, 600, torch.float32)
+    assert list(launches) == fused
     assert launches["retrace_scan_kernel"]["REDUCE"]
     assert list(retrace_launches(4, 16, 1024, torch.float32)) == fused
-    assert list(launches := retrace_launches(4, 64, 1025, torch.float32)) == two
+    launches = retrace_launches(4, 64, 1025, torch.float32)
+    assert list(launches) == two
     # the scan of rows not split in time reads no per-action tensor: one compiled kernel for any grouping
     scan = launches["retrace_scan_kernel"]
     assert not scan["WALK"] and (scan["ACTION_LANES"], scan["ACTION_PASSES"], scan["SUB_STEPS"]) == (1, 1, 1)
-    # a time split walks segments (128 chunks of 512 steps, 8 programs per row on 4 multiprocessors); the
+    # a time split walks segments (256 chunks of 256 steps, 16 programs per row on 4 multiprocessors); the
     # redo of a segment's head reduces the per-action tiles again, so the scan takes the real grouping
-    assert list(launches := retrace_launches(4, 2, 1 << 16, torch.float32)) == two
+    launches = retrace_launches(4, 2, 1 << 16, torch.float32)
+    assert list(launches) == two
     scan = launches["retrace_scan_kernel"]
-    assert scan["WALK"] and not scan["REDUCE"] and scan["BLOCK_TIME"] == 512
+    assert scan["WALK"] and not scan["REDUCE"] and scan["BLOCK_TIME"] == 256
     assert (scan["ACTION_LANES"], scan["ACTION_PASSES"]) == (2, 2) and scan["SUB_STEPS"] > 1
     # outputs as wide as the compute dtype (or wider) hold E and the ratios as they are
     for out_dtype, input_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float32),
@@ -170,7 +173,8 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     # half as wide: E in the two halves of its bits
     for out_dtype, input_dtype in ((torch.bfloat16, torch.float32), (torch.float16, torch.float32),
                                    (torch.float32, torch.float64)):
-        assert halves(launches := retrace_launches(4, 64, 600, out_dtype, input_dtype)) == {True}
+        launches = retrace_launches(4, 64, 600, out_dtype, input_dtype)
+        assert halves(launches) == {True}
         assert list(launches) == fused
         assert halves(retrace_launches(4, 2, 1 << 16, out_dtype, input_dtype)) == {True}
     # narrower still (float64 compute, 16-bit outputs): one pass
@@ -178,14 +182,15 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     with _launch.tile_override(retrace_kernels="one-pass"):
         assert list(retrace_launches(4, 64, 600, torch.float32)) == ["retrace_kernel"]
     with _launch.tile_override(retrace_kernels="two-pass"):
-        assert list(launches := retrace_launches(4, 64, 600, torch.bfloat16)) == two
+        launches = retrace_launches(4, 64, 600, torch.bfloat16)
+        assert list(launches) == two
         assert not launches["retrace_scan_kernel"]["REDUCE"] and not launches["retrace_scan_kernel"]["WALK"]
     with _launch.tile_override(retrace_kernels="fused"):
         split = retrace_launches(4, 2, 1 << 16, torch.float32)
         assert list(split) == fused and split["retrace_scan_kernel"]["WALK"] and split["retrace_scan_kernel"]["REDUCE"]
 
 
-def test_time_major_retrace_splits_take_one_pass():
+def test_time_major_retrace_splits_walk_or_take_one_pass():
     def kernels(rows, seq_len, **override):
         probs = torch.zeros(seq_len, rows, 4).transpose(0, 1)
         steps = torch.zeros(seq_len, rows).t()
@@ -196,11 +201,15 @@ def test_time_major_retrace_splits_take_one_pass():
             _launch.retrace(*out, probs, steps, steps, probs, steps.long(), steps, steps, steps, 0.99, 0.95, 1.0, 1.0)
         return seen
 
-    # [T, N] buffers of few rows split time: the one-pass kernel; of many rows: two passes
-    assert kernels(64, 16384) == ["retrace_kernel"]
+    # [T, N] buffers of few rows split time: two passes where the scan walks segments of 8 chunks or
+    # more (64 x 16384 on the CPU's 4 multiprocessors: 4 row tiles of 16 rows, 8 segments of 32 chunks
+    # of 64 steps each), the one-pass kernel where it would chain one chunk per program (64 x 2048);
+    # of many rows: two passes
+    assert kernels(64, 16384) == ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert kernels(64, 2048) == ["retrace_kernel"]
     assert kernels(4096, 128) == ["retrace_actions_kernel", "retrace_scan_kernel"]
     assert kernels(4096, 128, retrace_kernels="fused") == ["retrace_scan_kernel"]
-    assert kernels(64, 16384, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert kernels(64, 2048, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
 
 
 def test_retrace_two_pass_plans():

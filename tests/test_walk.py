@@ -89,7 +89,8 @@ def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK, time_major=False):
     compute, build = estimator_calls(gamma, lambda_)[name]
     kwargs = build(ro)
     if time_major:
-        kwargs = {key: value.t().contiguous() if torch.is_tensor(value) and value.dim() == 2 else value
+        # [N, T] -> [T, N], per-action [N, T, A] -> [T, N, A]
+        kwargs = {key: value.transpose(0, 1).contiguous() if torch.is_tensor(value) and value.dim() >= 2 else value
                   for key, value in kwargs.items()}
         kwargs["time_dim"] = 0
     if compute is compute_retrace:
@@ -141,7 +142,7 @@ def test_float64_walks(name, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float64])
 
 
-@pytest.mark.parametrize("name", ["gae_last_value", "vtrace", "discounted", "prefix_sum"])
+@pytest.mark.parametrize("name", ["gae_last_value", "vtrace", "discounted", "prefix_sum", "retrace_two_passes"])
 def test_time_major_walks(name, make_rollout):
     # [T, N] buffers walked in tiles of 4 rows x 8 steps: 2 row tiles of 4 segments
     ro = make_rollout(5, 300, term_rate=0.02, trunc_rate=0.02)

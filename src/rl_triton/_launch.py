@@ -822,9 +822,11 @@ _RETRACE_FUSED_MAX_STEPS = 1024
 # Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor.
 _RETRACE_FUSED_WALK = (512, 4)
 # Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
-_RETRACE_SCAN_WALK = (512, 4)
-# values of each per-action tensor that one warp of a fused program reduces at a time
+_RETRACE_SCAN_WALK = (256, 8)
+# values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
+# of a walked segment in the scan of two passes)
 _RETRACE_FUSED_WARP_VALUES = 512
+_RETRACE_REDO_WARP_VALUES = 128
 
 
 def _retrace_kernels(
@@ -880,10 +882,12 @@ def _retrace_kernels(
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                       split_block_time=_SPLIT_BLOCK_TIME, walk_split=_RETRACE_SCAN_WALK,
                       time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
-    if kernels is None and plan.split and time_major:
-        # a time-major split would chain hundreds of small chunks in one look-back, where the one-pass
-        # kernel is faster (measured on an H200, 4 actions, 64x16384 stored [T, N]: 17.6% of the copy
-        # bandwidth in one pass, 4.4% in two; -run9-retrace-time-major.txt)
+    if kernels is None and plan.split and time_major and not plan.walk:
+        # a time-major split that does not walk would chain hundreds of small chunks in one look-back,
+        # where the one-pass kernel is faster (measured on an H200, 4 actions, 64x16384 stored [T, N]:
+        # 17.6% of the copy bandwidth in one pass, 4.4% in two; -run9-retrace-time-major.txt; 18 actions
+        # 22.2% against 10.5%, -run12-retrace-walks.txt). Walked segments take two passes (18 actions,
+        # 8x2^21 stored [T, N]: 25.2% in one pass, 62.3% in two).
         return "one-pass", False, None
     if kernels is None:
         # Two passes for the rest. Batch-major splits: fused programs that walk segments were slower
@@ -940,9 +944,11 @@ def _retrace_scan(
     num_rows, seq_len, num_actions = action_probs_target.shape
     meta = _meta(plan, dtype, walk=True)
     if reduce or plan.walk:
-        # the fused kernel, and a walked segment's redo, reduce the per-action tiles themselves
+        # the fused kernel, and a walked segment's redo, reduce the per-action tiles themselves; the redo
+        # (about one chunk per segment) in smaller sub-tiles, which leave more programs room to be resident
         group = lanes * passes
-        sub_steps = max(1, _RETRACE_FUSED_WARP_VALUES * plan.num_warps // (group * plan.block_rows))
+        warp_values = _RETRACE_FUSED_WARP_VALUES if reduce else _RETRACE_REDO_WARP_VALUES
+        sub_steps = max(1, warp_values * plan.num_warps // (group * plan.block_rows))
         sub_steps = min(plan.block_time, 1 << (sub_steps.bit_length() - 1))
         segment_chunks = plan.segment_chunks
     else:
