@@ -188,6 +188,10 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     with _launch.tile_override(retrace_kernels="fused"):
         split = retrace_launches(4, 2, 1 << 16, torch.float32)
         assert list(split) == fused and split["retrace_scan_kernel"]["WALK"] and split["retrace_scan_kernel"]["REDUCE"]
+        # its walks load each next chunk's per-action tiles ahead where the actions fit one group (up to 32)
+        assert split["retrace_scan_kernel"]["AHEAD"]
+        assert not retrace_launches(40, 2, 1 << 16, torch.float32)["retrace_scan_kernel"]["AHEAD"]
+        assert not retrace_launches(4, 64, 600, torch.float32)["retrace_scan_kernel"]["AHEAD"]
 
 
 def test_time_major_retrace_splits_walk_or_take_one_pass():

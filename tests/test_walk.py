@@ -179,3 +179,12 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     assert not plan(1, 1 << 24, None).walk
     with _launch.tile_override(walk_programs=0):
         assert not plan(1, 1 << 24, _launch._GAE_WALK).walk
+
+
+@pytest.mark.parametrize("name", ["retrace", "retrace_two_passes"])
+@pytest.mark.parametrize("num_actions", [1, 40])
+def test_retrace_walks_any_number_of_actions(name, num_actions, make_rollout):
+    # the redo reduces every action group again: 40 actions take two groups of 32, one action a group of one
+    ro = make_rollout(2, 300, num_actions=num_actions)
+    out, expected = run(name, ro)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])

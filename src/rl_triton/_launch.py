@@ -966,7 +966,8 @@ def _retrace_scan(
         *next_q_values_all.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
         REDUCE=reduce, PREFETCH=plan.prefetch, VEC=plan.vec, ACTION_LANES=lanes, ACTION_PASSES=passes,
-        MORE_ACTIONS=num_actions > lanes * passes if reduce else False, SUB_STEPS=sub_steps, HALVES=halves, **meta,
+        MORE_ACTIONS=num_actions > lanes * passes if reduce or plan.walk else False, SUB_STEPS=sub_steps,
+        HALVES=halves, AHEAD=reduce and plan.walk and num_actions <= lanes * passes, **meta,
     )
 
 

@@ -367,11 +367,9 @@ def store_action_values(
     mask = row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
     if not HALVES:
         actions = tl.load(actions_ptr + rows[:, None] * s_act_row + steps[None, :] * s_act_time, mask=mask, other=0)
-        in_range = (actions >= 0) & (actions < num_actions)
-        # in-range indices fit in int32 (whatever their storage type); -1 matches no action
-        taken_lane = tl.where(in_range, actions.to(tl.int32), -1)
     else:
-        taken_lane = tl.full(mask.shape, -1, tl.int32)
+        actions = tl.full(mask.shape, -1, tl.int32)
+    in_range, taken_lane = taken_lanes(actions, num_actions)
     expected_next_q = tl.zeros(mask.shape, DTYPE)
     taken = tl.zeros(mask.shape, DTYPE)
     group_size: tl.constexpr = ACTION_LANES * ACTION_PASSES
@@ -386,9 +384,29 @@ def store_action_values(
         expected_next_q += weighted
         taken += picked
     if HALVES:
-        store_bit_halves(expected_ptr, ratio_ptr, rows, s_out_row, steps, s_out_time, expected_next_q, mask, DTYPE)
+        behavior = taken
     else:
         behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
+    store_expected_and_ratio(expected_ptr, ratio_ptr, rows, s_out_row, steps, s_out_time, mask, expected_next_q, taken,
+                             in_range, behavior, DTYPE, HALVES)
+
+
+@triton.jit
+def taken_lanes(actions, num_actions):
+    """(whether each action index is in range, the lane that holds it: -1 matches no action)."""
+    in_range = (actions >= 0) & (actions < num_actions)
+    # in-range indices fit in int32 (whatever their storage type)
+    return in_range, tl.where(in_range, actions.to(tl.int32), -1)
+
+
+@triton.jit
+def store_expected_and_ratio(expected_ptr, ratio_ptr, rows, s_out_row, steps, s_out_time, mask, expected_next_q, taken,
+                             in_range, behavior, DTYPE: tl.constexpr, HALVES: tl.constexpr):
+    """E and pi(a_t | s_t) / mu(a_t | s_t) (NaN: action index out of range) of a [rows, steps] tile into the
+    outputs; HALVES: E alone, the high half of its bits at ``expected_ptr`` and the low half at ``ratio_ptr``."""
+    if HALVES:
+        store_bit_halves(expected_ptr, ratio_ptr, rows, s_out_row, steps, s_out_time, expected_next_q, mask, DTYPE)
+    else:
         ratio = tl.where(in_range, taken, float("nan")) / behavior
         store_tile(expected_ptr, rows, s_out_row, steps, s_out_time, expected_next_q, mask)
         store_tile(ratio_ptr, rows, s_out_row, steps, s_out_time, ratio, mask)
@@ -416,31 +434,19 @@ def retrace_actions_kernel(
 
 
 @triton.jit
-def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
-    """The loads of one chunk of the second pass (``kernels/scan.py``: ``scan_program``): per-step inputs,
-    the first pass's E and ratio, Q(s_{t+1}, a_{t+1}) and the ratio of step t+1 (HALVES: E from its two
-    halves, both ratios gathered from the inputs)."""
+def load_stored_values(args, CONSTS: tl.constexpr, chunk, steps):
+    """E, the ratio and the ratio of step t+1 of one chunk, in the scan's layout, from what the first pass
+    (or this program, a barrier before) stored into the outputs (HALVES: E from its two halves, both
+    ratios gathered from the inputs)."""
     DTYPE: tl.constexpr = CONSTS[0]
     BLOCK_ROWS: tl.constexpr = CONSTS[1]
     BLOCK_TIME: tl.constexpr = CONSTS[2]
     VEC: tl.constexpr = CONSTS[3]
     HALVES: tl.constexpr = CONSTS[4]
     pointers, strides, num_actions, _, rows, row_ok, seq_len = args
-    q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, expected_ptr, ratio_ptr, probs_target_ptr, \
-        probs_behavior_ptr, actions_ptr, _ = pointers
-    (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
-     s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
-     _, _, _) = strides
-    reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
-                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    q_value = load_chunk(q_values_ptr, rows, row_ok, s_q_row, chunk, s_q_time, seq_len, 0.0, DTYPE,
-                         BLOCK_ROWS, BLOCK_TIME, VEC, True)
-    # Q(s_T, a_T) := 0 past the rollout (Q_ret[T] := 0)
-    q_next = load_chunk(q_values_ptr, rows, row_ok, s_q_row, chunk, s_q_time, seq_len, 0.0, DTYPE,
-                        BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
-    terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
-                                               s_trunc_row, s_trunc_time, chunk, seq_len, True, DTYPE,
-                                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    _, _, _, _, expected_ptr, ratio_ptr, probs_target_ptr, probs_behavior_ptr, actions_ptr, _ = pointers
+    (_, _, _, _, _, _, _, _, s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time,
+     s_act_row, s_act_time, _, _, _) = strides
     if HALVES:
         expected_next_q = load_bit_halves(expected_ptr, ratio_ptr, rows, row_ok, s_out_row, chunk, s_out_time, seq_len,
                                           DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
@@ -469,7 +475,40 @@ def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
                                        s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time, rows, edge,
                                        row_ok & (edge < seq_len), num_actions, 0.0, DTYPE)
         ratio_next = tl.where(at_edge, per_step(edge_ratio, VEC), ratio_next)
+    return expected_next_q, ratio, ratio_next
+
+
+@triton.jit
+def retrace_scan_load(args, CONSTS: tl.constexpr, chunk, steps):
+    """The loads of one chunk of the second pass (``kernels/scan.py``: ``scan_program``): the per-step
+    inputs (``per_step_inputs``), then E, the ratio and the ratio of step t+1 (``load_stored_values``)."""
+    reward, q_value, q_next, terminated, truncated = per_step_inputs(args, CONSTS, chunk)
+    expected_next_q, ratio, ratio_next = load_stored_values(args, CONSTS, chunk, steps)
     return reward, q_value, q_next, terminated, truncated, expected_next_q, ratio, ratio_next
+
+
+@triton.jit
+def per_step_inputs(args, CONSTS: tl.constexpr, chunk):
+    """Reward, Q(s_t, a_t), Q(s_{t+1}, a_{t+1}) and the episode flags of one chunk, in the scan's layout."""
+    DTYPE: tl.constexpr = CONSTS[0]
+    BLOCK_ROWS: tl.constexpr = CONSTS[1]
+    BLOCK_TIME: tl.constexpr = CONSTS[2]
+    VEC: tl.constexpr = CONSTS[3]
+    pointers, strides, _, _, rows, row_ok, seq_len = args
+    q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, _, _, _, _, _, _ = pointers
+    (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
+     _, _, _, _, _, _, _, _, _, _, _, _) = strides
+    reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
+                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    q_value = load_chunk(q_values_ptr, rows, row_ok, s_q_row, chunk, s_q_time, seq_len, 0.0, DTYPE,
+                         BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    # Q(s_T, a_T) := 0 past the rollout (Q_ret[T] := 0)
+    q_next = load_chunk(q_values_ptr, rows, row_ok, s_q_row, chunk, s_q_time, seq_len, 0.0, DTYPE,
+                        BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
+    terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
+                                               s_trunc_row, s_trunc_time, chunk, seq_len, True, DTYPE,
+                                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
+    return reward, q_value, q_next, terminated, truncated
 
 
 @triton.jit
@@ -535,6 +574,63 @@ def retrace_fused_load(args, CONSTS: tl.constexpr, chunk, steps):
 
 
 @triton.jit
+def retrace_ahead_load(args, CONSTS: tl.constexpr, chunk, steps):
+    """One chunk of the fused kernel where it walks segments: every load of the chunk, the per-action tiles
+    of its one action group included, issued before the program scans the chunk before it (``scan_program``
+    loads ahead); ``retrace_ahead_scan`` reduces them."""
+    DTYPE: tl.constexpr = CONSTS[0]
+    BLOCK_TIME: tl.constexpr = CONSTS[2]
+    ACTION_LANES: tl.constexpr = CONSTS[5]
+    ACTION_PASSES: tl.constexpr = CONSTS[6]
+    pointers, strides, num_actions, _, rows, row_ok, seq_len = args
+    (_, _, _, _, _, _, _, _, _, _, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
+     s_nq_row, s_nq_time, s_nq_action) = strides
+    reward, q_value, q_next, terminated, truncated = per_step_inputs(args, CONSTS, chunk)
+    time = tl.cast(chunk, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
+    mask = row_ok[:, None] & (time < seq_len)[None, :]
+    actions = tl.load(pointers[8] + rows[:, None] * s_act_row + time[None, :] * s_act_time, mask=mask, other=0)
+    behavior = load_tile(pointers[7], rows, s_pb_row, time, s_pb_time, mask, 1.0, DTYPE)
+    probs, next_q = load_action_tiles(pointers[6], s_pt_row, s_pt_time, s_pt_action, pointers[9], s_nq_row,
+                                      s_nq_time, s_nq_action, rows, time, mask, 0, num_actions, ACTION_LANES,
+                                      ACTION_PASSES)
+    return reward, q_value, q_next, terminated, truncated, actions, behavior, probs, next_q, chunk, steps
+
+
+@triton.jit
+def retrace_ahead_scan(args, CONSTS: tl.constexpr, inputs, mask):
+    """The chunk's E and ratios from its loaded per-action tiles, stored into the outputs; a barrier; then
+    ``retrace_scan_chunk`` over them, read back in the scan's layout. Returns its maps and the ratios."""
+    DTYPE: tl.constexpr = CONSTS[0]
+    BLOCK_TIME: tl.constexpr = CONSTS[2]
+    HALVES: tl.constexpr = CONSTS[4]
+    ACTION_LANES: tl.constexpr = CONSTS[5]
+    ACTION_PASSES: tl.constexpr = CONSTS[6]
+    pointers, strides, num_actions, _, rows, row_ok, seq_len = args
+    reward, q_value, q_next, terminated, truncated, actions, behavior, probs, next_q, chunk, steps = inputs
+    time = tl.cast(chunk, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
+    tile_mask = row_ok[:, None] & (time < seq_len)[None, :]
+    in_range, taken_lane = taken_lanes(actions, num_actions)
+    expected_next_q, taken = reduce_action_tiles(probs, next_q, taken_lane, 0, ACTION_LANES, ACTION_PASSES, DTYPE)
+    store_expected_and_ratio(pointers[4], pointers[5], rows, strides[8], time, strides[9], tile_mask, expected_next_q,
+                             taken, in_range, behavior, DTYPE, HALVES)
+    # the values were stored by other threads of this program
+    tl.debug_barrier()
+    expected_next_q, ratio, ratio_next = load_stored_values(args, CONSTS, chunk, steps)
+    scan_a, scan_b, next_a, next_b = retrace_scan_chunk(
+        args, CONSTS, (reward, q_value, q_next, terminated, truncated, expected_next_q, ratio, ratio_next), mask)
+    return scan_a, scan_b, next_a, next_b, ratio
+
+
+@triton.jit
+def retrace_ahead_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
+    """``retrace_scan_store`` of a chunk that ``retrace_ahead_scan`` scanned (the ratios come with its maps)."""
+    reward, q_value, q_next, terminated, truncated = inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]
+    ratio = scanned[4]
+    retrace_scan_store(args, CONSTS, (reward, q_value, q_next, terminated, truncated, ratio, ratio, ratio),
+                       (scanned[0], scanned[1], scanned[2], scanned[3]), carry, chunk)
+
+
+@triton.jit
 def retrace_scan_kernel(
     q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
     probs_target_ptr, probs_behavior_ptr, actions_ptr, next_q_ptr,
@@ -547,7 +643,7 @@ def retrace_scan_kernel(
     REDUCE: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
     VEC: tl.constexpr, ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr,
-    SUB_STEPS: tl.constexpr, HALVES: tl.constexpr,
+    SUB_STEPS: tl.constexpr, HALVES: tl.constexpr, AHEAD: tl.constexpr,
 ):
     """Targets into ``targets_ptr`` and advantages into ``advantages_ptr``, from E and the ratios
     stored there.
@@ -571,7 +667,13 @@ def retrace_scan_kernel(
         (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
         rows, row_ok, seq_len,
     )
-    if REDUCE:
+    if REDUCE and AHEAD:
+        scan_program(retrace_ahead_load, retrace_ahead_load, retrace_ahead_scan, retrace_ahead_store, args,
+                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
+                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
+                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
+                     BLOCK_TIME, WINDOW, VEC)
+    elif REDUCE:
         scan_program(retrace_fused_load, retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
                      (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
                      tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
