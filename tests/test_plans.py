@@ -159,13 +159,19 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     # the scan of rows not split in time reads no per-action tensor: one compiled kernel for any grouping
     scan = launches["retrace_scan_kernel"]
     assert not scan["WALK"] and (scan["ACTION_LANES"], scan["ACTION_PASSES"], scan["SUB_STEPS"]) == (1, 1, 1)
-    # a time split walks segments (256 chunks of 256 steps, 16 programs per row on 4 multiprocessors); the
-    # redo of a segment's head reduces the per-action tiles again, so the scan takes the real grouping
+    # a time split walks segments: of up to 4 actions in the fused kernel (128 chunks of 512 steps, 8
+    # programs per row on 4 multiprocessors), which loads each next chunk's per-action tiles ahead
     launches = retrace_launches(4, 2, 1 << 16, torch.float32)
+    assert list(launches) == fused
+    scan = launches["retrace_scan_kernel"]
+    assert scan["WALK"] and scan["REDUCE"] and scan["AHEAD"] and scan["BLOCK_TIME"] == 512
+    # of more actions in two passes (256 chunks of 256 steps, 16 programs per row); the redo of a segment's
+    # head reduces the per-action tiles again, so the scan takes the real grouping
+    launches = retrace_launches(18, 2, 1 << 16, torch.float32)
     assert list(launches) == two
     scan = launches["retrace_scan_kernel"]
-    assert scan["WALK"] and not scan["REDUCE"] and scan["BLOCK_TIME"] == 256
-    assert (scan["ACTION_LANES"], scan["ACTION_PASSES"]) == (2, 2) and scan["SUB_STEPS"] > 1
+    assert scan["WALK"] and not scan["REDUCE"] and not scan["AHEAD"] and scan["BLOCK_TIME"] == 256
+    assert (scan["ACTION_LANES"], scan["ACTION_PASSES"]) == (2, 16) and scan["SUB_STEPS"] > 1
     # outputs as wide as the compute dtype (or wider) hold E and the ratios as they are
     for out_dtype, input_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float32),
                                    (torch.float64, torch.float64)):

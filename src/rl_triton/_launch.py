@@ -819,8 +819,10 @@ _RETRACE_ACTIONS_WARPS = 4
 _RETRACE_ACTIONS_LANES = 2
 # the longest batch-major rows that the fused Retrace kernel takes by default
 _RETRACE_FUSED_MAX_STEPS = 1024
-# Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor.
+# Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor; the
+# default for time splits of up to 4 actions (more actions: two passes, whose scan walks)
 _RETRACE_FUSED_WALK = (512, 4)
+_RETRACE_FUSED_WALK_MAX_ACTIONS = 4
 # Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
 _RETRACE_SCAN_WALK = (256, 8)
 # values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
@@ -861,6 +863,12 @@ def _retrace_kernels(
                           element_bytes=max(element_bytes, 4), single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                           split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None,
                           walk_split=_RETRACE_FUSED_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+        if plan.walk and num_actions <= _RETRACE_FUSED_WALK_MAX_ACTIONS and kernels is None:
+            # Walked segments of few actions, whose programs load each next chunk's per-action tiles ahead.
+            # Measured on an H200, 4 actions, % of the copy ceiling at 8x2^21 / 1x2^24, two passes (scan
+            # walked) -> fused (-run12-retrace-walks.txt): 67.2 / 66.1 -> 74.5 / 74.3. With 18 actions (one
+            # group of 32) fewer programs fit: 72.5 / 68.0 in two passes, 63.9-66.0 / 63.8-70.3 fused.
+            return "fused", halves, plan
         if kernels == "fused" or (plan.num_chunks == 1 and plan.block_time <= _RETRACE_FUSED_MAX_STEPS):
             # Batch-major rows of up to 1024 steps (one chunk per program); longer rows, whose program
             # reduces many sub-tiles, keep two passes (4096x4096: 4 actions 78.8% of the copy ceiling
