@@ -837,8 +837,9 @@ def _retrace_kernels(
 ) -> tuple[str, bool, TilePlan | None]:
     """(kernels, halves, plan of the kernel that scans) of a Retrace call.
 
-    Kernels: ``"fused"`` for batch-major rows of up to 1024 steps in one chunk, ``"one-pass"`` for time-major
-    splits, ``"two-pass"`` otherwise (``tile_override(retrace_kernels=...)`` forces one). The two
+    Kernels: ``"fused"`` for batch-major rows of up to 1024 steps in one chunk and for batch-major walked
+    segments of up to 4 actions, ``"one-pass"`` for time-major splits that do not walk, ``"two-pass"``
+    otherwise (``tile_override(retrace_kernels=...)`` forces one). The two
     multi-pass kernels keep E and the ratios in the outputs between reduction and scan: exactly where
     the outputs hold the compute dtype (or wider); ``halves`` where they are half as wide (bf16/fp16
     outputs of float32 compute, float32 outputs of float64), E split into the high and low halves of its
@@ -881,11 +882,13 @@ def _retrace_kernels(
             # 56.3 -> 67.6 (18) with the same plan.
             return "fused", halves, plan
     # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
-    # takes V-trace's time-major tiles; a time split holds one chunk per program (a walked segment's
-    # redo would re-read chunks already overwritten). Measured on an H200, the second pass alone, % of
-    # the copy bandwidth (-run9-retrace-passes): rows of up to 4096 steps in one chunk with up to 16
-    # warps (4096x4096: 73-75 in 512-step chunks walked -> 94.4), split chunks of 2048 steps (8x2^21
-    # 45 -> 51-54 against 512; 64x16384 34 -> 38).
+    # takes V-trace's time-major tiles. Measured on an H200, the second pass alone, % of the copy
+    # bandwidth (-run9-retrace-passes): rows of up to 4096 steps in one chunk with up to 16 warps
+    # (4096x4096: 73-75 in 512-step chunks walked -> 94.4), split chunks of 2048 steps (8x2^21 45 ->
+    # 51-54 against 512; 64x16384 34 -> 38). Time splits long enough walk segments of 256-step chunks,
+    # about 8 programs per multiprocessor; the whole call, % of the copy ceiling, 8x2^21 / 1x2^24, one
+    # chunk per program -> walked (-run12-retrace-walks.txt): 4 actions 58.6 / 53.0 -> 67.0 / 66.1 (the
+    # fused kernel's walks now take these), 18 actions 71.1 / 67.2 -> 72.7 / 72.8.
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                       split_block_time=_SPLIT_BLOCK_TIME, walk_split=_RETRACE_SCAN_WALK,
@@ -898,9 +901,9 @@ def _retrace_kernels(
         # 8x2^21 stored [T, N]: 25.2% in one pass, 62.3% in two).
         return "one-pass", False, None
     if kernels is None:
-        # Two passes for the rest. Batch-major splits: fused programs that walk segments were slower
-        # (8x2^21: 59.5 -> 47.6 with 4 actions, 74.6 -> 47.3 with 18) and one chunk per program about
-        # equal (64x16384: 44.7 -> 50.0 with 4, 62.7 -> 61.3 with 18; -run9-retrace-fused.txt).
+        # Two passes for the rest. Batch-major splits of one chunk per program: the fused kernel about
+        # equal (64x16384: 44.7 -> 50.0 with 4 actions, 62.7 -> 61.3 with 18; -run9-retrace-fused.txt;
+        # 45.0 -> 46.8 and 59.2 -> 47.9, -run12-retrace-walks.txt).
         # Time-major rows not split in time: fused against two passes, 18 actions, 4096x128 35.8 / 58.4,
         # 16384x512 53.0 / 75.0 (-run10-retrace-kernels.txt).
         kernels = "two-pass"
@@ -947,8 +950,8 @@ def _retrace_scan(
     halves: bool, plan: TilePlan, reduce: bool,
 ) -> None:
     """``retrace_scan_kernel``. ``reduce``: the fused kernel, which computes each chunk's E and ratios
-    itself (walked segments where time is split); otherwise the second of two passes, after
-    ``_retrace_actions`` (one chunk per program: a redo would read outputs already overwritten)."""
+    itself; otherwise the second of two passes, after ``_retrace_actions``. Either walks segments where
+    the plan says so (a redo recomputes E and the ratios from the inputs)."""
     num_rows, seq_len, num_actions = action_probs_target.shape
     meta = _meta(plan, dtype, walk=True)
     if reduce or plan.walk:

@@ -2,20 +2,23 @@
 
 Three kernels; ``_launch._retrace_kernels`` picks how a call runs.
 
-``retrace_scan_kernel`` with ``REDUCE`` (the fused kernel: batch-major rows not split in time)
-runs two passes chunk by chunk in one program: it reduces the chunk's per-action tensors, stores
-E_pi[Q(s_{t+1}, .)] into the targets and pi(a_t | s_t) / mu(a_t | s_t) into the advantages, waits
-at a barrier, then reads them back with the per-step inputs and scans on the shared engine
-(``kernels/scan.py``), overwriting them with the results. The values travel through the L2 cache;
-nothing beyond the outputs is allocated. A walked segment's redo recomputes them from the inputs
-by the same code.
+``retrace_scan_kernel`` with ``REDUCE`` (the fused kernel: batch-major rows not split in time, and
+walked segments of up to 4 actions) runs two passes chunk by chunk in one program: it reduces the
+chunk's per-action tensors, stores E_pi[Q(s_{t+1}, .)] into the targets and pi(a_t | s_t) / mu(a_t | s_t)
+into the advantages, waits at a barrier, then reads them back with the per-step inputs and scans on
+the shared engine (``kernels/scan.py``), overwriting them with the results. The values travel through
+the L2 cache; nothing beyond the outputs is allocated. A walked segment's redo recomputes them from
+the inputs by the same code. Where its programs walk segments and the actions fit one group
+(``AHEAD``), each next chunk's per-action tiles are loaded with its other inputs before the current
+chunk is scanned, and reduced when their chunk's turn comes (``retrace_ahead_*``).
 
 ``retrace_actions_kernel`` then ``retrace_scan_kernel`` without ``REDUCE`` do the same in two
-launches (time splits, and time-major rows): a streaming reduction with no scan, then the scan.
+launches (other time splits, and time-major rows): a streaming reduction with no scan, then the scan.
 The ratio of step t+1 is read at t from the advantages inside a chunk (still the first pass's
 value: every program stores only the chunk it has loaded) and recomputed from the inputs at a
-chunk's edge, so no program reads a value another has overwritten. A time split does not walk
-segments: their redo would re-read chunks already overwritten.
+chunk's edge, so no program reads a value another has overwritten. A walked segment's redo would
+re-read chunks that its own walk has overwritten: it recomputes their E and ratios from the inputs,
+as the fused kernel does.
 
 Outputs half as wide as the compute dtype (bf16/fp16 outputs of float32, float32 outputs of
 float64; ``HALVES``) cannot hold E in one of them: E is stored as the high and the low half of its
@@ -649,11 +652,12 @@ def retrace_scan_kernel(
     stored there.
 
     REDUCE (both passes in one program per chunk): each chunk's E and ratios are first computed
-    from the per-action inputs (``retrace_fused_load``), through the outputs and the L2 cache.
-    Walked segments may be redone: the redo recomputes a chunk's E and ratios from the inputs.
-    Otherwise ``retrace_actions_kernel`` stored them before this launch; the per-action arguments
-    after the actions (next-Q and its strides, ACTION_*, SUB_STEPS) are unused, and a time split
-    takes one chunk per program (no walk: a redo would re-read chunks already overwritten).
+    from the per-action inputs (``retrace_fused_load``; AHEAD, for walks of one action group:
+    ``retrace_ahead_load`` and ``retrace_ahead_scan``), through the outputs and the L2 cache.
+    Otherwise ``retrace_actions_kernel`` stored them before this launch. Walked segments (WALK) may
+    be redone: the redo recomputes a chunk's E and ratios from the inputs (``retrace_fused_load``),
+    in sub-tiles of SUB_STEPS steps. A scan of two passes that does not walk reads no per-action
+    argument after the actions (next-Q and its strides, ACTION_*, SUB_STEPS).
     """
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
