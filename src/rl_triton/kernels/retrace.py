@@ -589,8 +589,9 @@ def retrace_ahead_load(args, CONSTS: tl.constexpr, chunk, steps):
     (_, _, _, _, _, _, _, _, _, _, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
      s_nq_row, s_nq_time, s_nq_action) = strides
     reward, q_value, q_next, terminated, truncated = per_step_inputs(args, CONSTS, chunk)
+    # the chunk loaded ahead past a segment's end is chunk -1 (``chunk_window``): nothing of it is read
     time = tl.cast(chunk, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
-    mask = row_ok[:, None] & (time < seq_len)[None, :]
+    mask = row_ok[:, None] & ((time >= 0) & (time < seq_len))[None, :]
     actions = tl.load(pointers[8] + rows[:, None] * s_act_row + time[None, :] * s_act_time, mask=mask, other=0)
     behavior = load_tile(pointers[7], rows, s_pb_row, time, s_pb_time, mask, 1.0, DTYPE)
     probs, next_q = load_action_tiles(pointers[6], s_pt_row, s_pt_time, s_pt_action, pointers[9], s_nq_row,
@@ -611,7 +612,7 @@ def retrace_ahead_scan(args, CONSTS: tl.constexpr, inputs, mask):
     pointers, strides, num_actions, _, rows, row_ok, seq_len = args
     reward, q_value, q_next, terminated, truncated, actions, behavior, probs, next_q, chunk, steps = inputs
     time = tl.cast(chunk, tl.int64) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
-    tile_mask = row_ok[:, None] & (time < seq_len)[None, :]
+    tile_mask = row_ok[:, None] & ((time >= 0) & (time < seq_len))[None, :]
     in_range, taken_lane = taken_lanes(actions, num_actions)
     expected_next_q, taken = reduce_action_tiles(probs, next_q, taken_lane, 0, ACTION_LANES, ACTION_PASSES, DTYPE)
     store_expected_and_ratio(pointers[4], pointers[5], rows, strides[8], time, strides[9], tile_mask, expected_next_q,
