@@ -184,8 +184,7 @@ def test_long_rows_plan_walked_segments(monkeypatch):
 @pytest.mark.parametrize("name", ["retrace", "retrace_two_passes"])
 @pytest.mark.parametrize("num_actions", [1, 40])
 def test_retrace_walks_any_number_of_actions(name, num_actions, make_rollout):
-    # the redo reduces every action group again: 40 actions take two groups of 32, one action a group of one.
-    # 2 rows of 160 steps: 4 segments of 5 chunks of 8 steps per row
-    ro = make_rollout(2, 160, num_actions=num_actions)
+    # the redo reduces every action group again: 40 actions take two groups of 32, one action a group of one
+    ro = make_rollout(2, 300, num_actions=num_actions)
     out, expected = run(name, ro)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
