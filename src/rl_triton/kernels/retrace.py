@@ -387,7 +387,7 @@ def store_action_values(
         expected_next_q += weighted
         taken += picked
     if HALVES:
-        behavior = taken
+        behavior = taken  # a placeholder: with HALVES only E is stored
     else:
         behavior = load_tile(probs_behavior_ptr, rows, s_pb_row, steps, s_pb_time, mask, 1.0, DTYPE)
     store_expected_and_ratio(expected_ptr, ratio_ptr, rows, s_out_row, steps, s_out_time, mask, expected_next_q, taken,
@@ -653,8 +653,8 @@ def retrace_scan_kernel(
     stored there.
 
     REDUCE (both passes in one program per chunk): each chunk's E and ratios are first computed
-    from the per-action inputs (``retrace_fused_load``; AHEAD, for walks of one action group:
-    ``retrace_ahead_load`` and ``retrace_ahead_scan``), through the outputs and the L2 cache.
+    from the per-action inputs (``retrace_fused_load``; AHEAD, only with REDUCE, for walks of one
+    action group: ``retrace_ahead_load`` and ``retrace_ahead_scan``), through the outputs and the L2 cache.
     Otherwise ``retrace_actions_kernel`` stored them before this launch. Walked segments (WALK) may
     be redone: the redo recomputes a chunk's E and ratios from the inputs (``retrace_fused_load``),
     in sub-tiles of SUB_STEPS steps. A scan of two passes that does not walk reads no per-action
@@ -672,23 +672,14 @@ def retrace_scan_kernel(
         (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
         rows, row_ok, seq_len,
     )
-    if REDUCE and AHEAD:
-        scan_program(retrace_ahead_load, retrace_ahead_load, retrace_ahead_scan, retrace_ahead_store, args,
-                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
-                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
-                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
-                     BLOCK_TIME, WINDOW, VEC)
-    elif REDUCE:
-        scan_program(retrace_fused_load, retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
-                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
-                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
-                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
-                     BLOCK_TIME, WINDOW, VEC)
-    else:
-        # a walked segment's redo re-reads chunks this program has already overwritten: it recomputes
-        # their E and ratios from the inputs, as the fused kernel does
-        scan_program(retrace_scan_load, retrace_fused_load, retrace_scan_chunk, retrace_scan_store, args,
-                     (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
-                     tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
-                     seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
-                     BLOCK_TIME, WINDOW, VEC)
+    # the chunk functions, by the kernel's form; a walked segment's redo re-reads chunks this program has
+    # already overwritten, so it recomputes their E and ratios from the inputs in every form
+    load_fn: tl.constexpr = retrace_ahead_load if AHEAD else (retrace_fused_load if REDUCE else retrace_scan_load)
+    redo_load_fn: tl.constexpr = retrace_ahead_load if AHEAD else retrace_fused_load
+    scan_fn: tl.constexpr = retrace_ahead_scan if AHEAD else retrace_scan_chunk
+    store_fn: tl.constexpr = retrace_ahead_store if AHEAD else retrace_scan_store
+    scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args,
+                 (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
+                 tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
+                 seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
+                 BLOCK_TIME, WINDOW, VEC)
