@@ -155,6 +155,33 @@ def test_one_long_row(gen, estimator):
             assert_rel(exact[:, steps], want, TOLERANCE[torch.float64])
 
 
+@pytest.mark.parametrize("rows, seq_len", [(64, 16384), (128, 8192)])
+def test_retrace_walks_of_short_split_rows(gen, monkeypatch, rows, seq_len):
+    # rows split in time, too short for segments of eight 512-step chunks: 4 actions walk 256-step
+    # chunks in the fused kernel (loading each next chunk's per-action tiles ahead)
+    ro = Rollout(gen, (rows,), seq_len, device="cuda", num_actions=4)
+    launched = []
+    launch = _launch._launch
+
+    def record(kernel, grid, *args, **meta):
+        launched.append((kernel.fn.__name__, meta))
+        return launch(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(_launch, "_launch", record)
+    got = run(retrace, ro)
+    monkeypatch.setattr(_launch, "_launch", launch)
+    [(name, meta)] = launched
+    walks = (meta["WALK"], meta["REDUCE"], meta["AHEAD"], meta["BLOCK_TIME"])
+    # about 4 programs per multiprocessor: segments of at least 8 chunks of 256 steps, but not of 512 (on
+    # an H200's 132 multiprocessors, both shapes)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    segments = max(1, 4 * sms // rows)
+    if rows < 2 * sms and -(-seq_len // 256 // segments) >= 8 > -(-seq_len // 512 // segments):
+        assert name == "retrace_scan_kernel" and walks == (True, True, True, 256)
+    for out, want in zip(got, oracle(retrace, ro), strict=True):
+        assert_rel(out, want, TOLERANCE[torch.float32])
+
+
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_many_short_rows(gen, estimator, dtype):

@@ -1,7 +1,8 @@
 """On the GPU: the speed targets, as ratios measured in one run (so clocks and noise cancel).
 
-Bandwidth is bytes moved (inputs read once at their dtypes, outputs written once) over CUDA-graph
-device time, against a device-to-device copy measured here. Targets not reached yet are
+Bandwidth is bytes moved (inputs read once at the spec's API dtypes, float32 values and flags, as in
+``python -m rl_triton bench``; outputs written once) over CUDA-graph device time, against the
+benchmark's device-to-device copy measured here. Targets not reached yet are
 expected failures with the last measured figure in the reason, so the suite records them without
 hiding them; one that starts passing shows up as XPASS.
 """
@@ -22,6 +23,7 @@ from rl_triton import (
     compute_retrace,
     compute_vtrace,
 )
+from rl_triton._bench import copy_ceiling_gbps
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="speed targets are measured on a CUDA GPU")
 
@@ -31,10 +33,13 @@ NOISE_POINTS = 5.0
 
 @pytest.fixture(scope="module")
 def copy_ceiling() -> float:
-    """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
-    src = torch.rand(1 << 28, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.nbytes / (device_seconds([lambda: dst.copy_(src)]))
+    """Bytes per second (read + written) of the benchmark's 2 GiB device-to-device copy.
+
+    Timed by events around direct calls, as ``python -m rl_triton bench`` does: a copy captured in a
+    CUDA graph becomes a memcpy node that the copy engines run, at about 2.75 TB/s on an H200 against
+    4.2 TB/s for the copy kernel, so a graph-timed ceiling would flatter every ratio by half.
+    """
+    return copy_ceiling_gbps(torch.device("cuda")) * 1e9
 
 
 def device_seconds(calls: list) -> float:
@@ -66,6 +71,8 @@ def rollout(rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
     term = torch.rand(shape, generator=gen, device="cuda") < 0.05
     trunc = (torch.rand(shape, generator=gen, device="cuda") < 0.05) & ~term
     boot = torch.where(trunc, torch.randn(shape, generator=gen, device="cuda"), 0.0)
+    # flags in the spec's API dtype, float32, as the benchmark's and the targets' bytes count them
+    term, trunc = term.float(), trunc.float()
     boot[:, -1] = torch.randn(rows, generator=gen, device="cuda")
     data = {
         "r": torch.randn(shape, generator=gen, device="cuda"),

@@ -137,9 +137,13 @@ _WALK_WARPS = 4
 # lambda-returns 85 / 80 with 512 and 4; discounted returns 73 / 66 with 1024 and 4; eligibility traces
 # and prefix sums (step by step, see episodic_scan) 71-73 / 65-66 with 512 and 8. Registers per
 # thread (ptxas, sm_90) bound the programs that fit: GAE 56, lambda-returns 53, eligibility traces
-# 46, discounted returns 72 (1024 steps), V-trace 80.
+# 46, discounted returns 72 (1024 steps), V-trace 80. Discounted returns take 6 programs of 1024 steps (7
+# fit its registers): with float32 flags, 4 -> 6 -> 8 read 69.8 -> 75.7 -> 74.8 / 66.6 -> 69.6 -> 68.9
+# (-run13-walk-plans.txt; device time with bool flags 65.5 -> 57.0 / 70.4 -> 64.6 us for 4 -> 6,
+# -run13-walk-flags.txt); lambda-returns there read 85.3 / 81.5 with 4, 85.4 / 79.9 with 6, 86.1 / 82.0
+# with 8.
 _GAE_WALK = (512, 8)
-_DISCOUNTED_WALK = (1024, 4)
+_DISCOUNTED_WALK = (1024, 6)
 _LAMBDA_WALK = (512, 4)
 _EPISODIC_WALK = (512, 8)
 _VTRACE_WALK = (512, 6)
@@ -823,6 +827,9 @@ _RETRACE_FUSED_MAX_STEPS = 1024
 # default for time splits of up to 4 actions (more actions: two passes, whose scan walks)
 _RETRACE_FUSED_WALK = (512, 4)
 _RETRACE_FUSED_WALK_MAX_ACTIONS = 4
+# rows too short for segments of 8 such chunks walk 256-step chunks (of 2 warps) instead, if that makes
+# segments of 8 (64x16384 and 8x131072)
+_RETRACE_FUSED_SHORT_WALK = (256, 4)
 # Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
 _RETRACE_SCAN_WALK = (256, 8)
 # values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
@@ -860,11 +867,24 @@ def _retrace_kernels(
         # follow its warps. Measured on an H200, bf16 values with uint8 flags, % of the copy ceiling, the
         # bf16 plan -> float32's (-run10-retrace-bf16-plans.txt): 16384x512 4 actions 50.0 -> 74.7, 18
         # actions 42.9 -> 67.6; 512x1024 29.3 -> 40.6 and 30.3 -> 48.3; 4096x4096 (4) 34.9 -> 45.3.
-        plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
-                          element_bytes=max(element_bytes, 4), single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
-                          split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None,
-                          walk_split=_RETRACE_FUSED_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
-        if plan.walk and num_actions <= _RETRACE_FUSED_WALK_MAX_ACTIONS and kernels is None:
+        def fused_plan(walk_split: tuple[int, int]) -> TilePlan:
+            return plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
+                              element_bytes=max(element_bytes, 4), single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
+                              max_warps=16, split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None,
+                              walk_split=walk_split, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+
+        plan = fused_plan(_RETRACE_FUSED_WALK)
+        few_actions = num_actions <= _RETRACE_FUSED_WALK_MAX_ACTIONS and kernels is None
+        if few_actions and plan.split and not plan.walk:
+            # Splits too short to walk 512-step chunks. Measured on an H200, 4 actions, % of the copy ceiling
+            # at 64x16384 / 8x131072 (-run13-retrace-short-walks.txt): two passes of one chunk per program
+            # 46.4 / 42.9, the fused kernel of one chunk per program 47.9 / 46.2, fused walks of 256-step
+            # chunks with 4 programs per multiprocessor 49.9 / 48.3 (128-step chunks 36-47; 18 actions
+            # walked in two passes 40-50 against 58-59 in one chunk per program, so more actions keep that).
+            short_plan = fused_plan(_RETRACE_FUSED_SHORT_WALK)
+            if short_plan.walk:
+                plan = short_plan
+        if plan.walk and few_actions:
             # Walked segments of few actions, whose programs load each next chunk's per-action tiles ahead.
             # Measured on an H200, 4 actions, % of the copy ceiling at 8x2^21 / 1x2^24, two passes (scan
             # walked) -> fused (-run12-retrace-walks.txt): 67.2 / 66.1 -> 74.5 / 74.3. With 18 actions (one
