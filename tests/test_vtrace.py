@@ -121,7 +121,13 @@ def test_last_value_is_bootstrap_last_column(backend, truncated, make_rollout):
     by_last_value = compute_vtrace(**vtrace_kwargs(ro, truncated=truncated, boot="last_value"))
     by_column = compute_vtrace(**{**vtrace_kwargs(ro, truncated=truncated, boot=None), "bootstrap_values": column})
     for a, b in zip(by_last_value, by_column, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        if backend == "reference":
+            # one code path, the same float operations
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        else:
+            # two kernel specialisations: compiled, the compiler may fuse their multiplies and adds
+            # differently (equal up to float32 rounding, not always bitwise), as in test_gae
+            assert_rel(a, b, TOLERANCE[torch.float32])
 
 
 def log(values):

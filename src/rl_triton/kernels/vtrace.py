@@ -21,7 +21,7 @@ def vtrace_chunk_inputs(
     last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
     s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
     rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, SHIFT_IN_REGISTERS: tl.constexpr,
 ):
     """The loads of one chunk: log-probabilities, then GAE's (rewards, values, flags, next state's value)."""
     log_target = load_chunk(log_target_ptr, rows, row_ok, s_target_row, chunk, s_target_time, seq_len, 0.0, DTYPE,
@@ -32,7 +32,7 @@ def vtrace_chunk_inputs(
         rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
         s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
         s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, chunk, steps, seq_len,
-        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
+        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, SHIFT_IN_REGISTERS)
     return log_target, log_behavior, reward, value, terminated, truncated, value_next
 
 
@@ -45,6 +45,7 @@ def vtrace_load(args, CONSTS: tl.constexpr, chunk, steps):
     BLOCK_ROWS: tl.constexpr = CONSTS[3]
     BLOCK_TIME: tl.constexpr = CONSTS[4]
     VEC: tl.constexpr = CONSTS[5]
+    SHIFT_IN_REGISTERS: tl.constexpr = CONSTS[6]
     pointers, strides, last_value, _, rows, row_ok, seq_len = args
     log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, _, _ = (
         pointers)
@@ -54,7 +55,8 @@ def vtrace_load(args, CONSTS: tl.constexpr, chunk, steps):
         log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
         last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
         s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
-        rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC)
+        rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
+        SHIFT_IN_REGISTERS)
 
 
 @triton.jit
@@ -121,7 +123,10 @@ def vtrace_kernel(
          s_out_time),
         last_value, (tl.cast(gamma, DTYPE), tl.cast(rho_bar, DTYPE), tl.cast(c_bar, DTYPE)), rows, row_ok, seq_len,
     )
+    # values[t+1] moved in registers except in walked segments, as in gae_kernel
+    shift_in_registers: tl.constexpr = not WALK
     scan_program(vtrace_load, vtrace_load, vtrace_scan, vtrace_store, args,
-                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), tl.zeros([BLOCK_ROWS], DTYPE),
+                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers),
+                 tl.zeros([BLOCK_ROWS], DTYPE),
                  row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
                  aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
