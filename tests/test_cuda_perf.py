@@ -7,6 +7,7 @@ expected failures with the last measured figure in the reason, so the suite reco
 hiding them; one that starts passing shows up as XPASS.
 """
 
+import os
 import statistics
 import time
 
@@ -25,7 +26,15 @@ from rl_triton import (
 )
 from rl_triton._bench import copy_ceiling_gbps
 
-pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="speed targets are measured on a CUDA GPU")
+# Timings taken while other test processes share the GPU measure those processes too (with 8 xdist
+# workers on an H200, prefix sums at 16384x512 read below 85% of the copy ceiling in the suite and
+# 86-88% alone): this file runs alone, as its own pytest command (README, docs/testing.md).
+SHARED_GPU = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+pytestmark = [
+    pytest.mark.skipif(not HAS_CUDA, reason="speed targets are measured on a CUDA GPU"),
+    pytest.mark.skipif(SHARED_GPU, reason="speed targets are measured with the GPU to themselves: run "
+                       "tests/test_cuda_perf.py as its own pytest command, without -n"),
+]
 
 # points of the copy ceiling allowed for run-to-run noise
 NOISE_POINTS = 5.0
