@@ -26,9 +26,8 @@ from rl_triton import (
 )
 from rl_triton._bench import copy_ceiling_gbps
 
-# Timings taken while other test processes share the GPU measure those processes too (with 8 xdist
-# workers on an H200, prefix sums at 16384x512 read below 85% of the copy ceiling in the suite and
-# 86-88% alone): this file runs alone, as its own pytest command (README, docs/testing.md).
+# Timings taken while other test processes share the GPU measure those processes' kernels too:
+# this file runs alone, as its own pytest command (docs/testing.md).
 SHARED_GPU = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
 pytestmark = [
     pytest.mark.skipif(not HAS_CUDA, reason="speed targets are measured on a CUDA GPU"),
