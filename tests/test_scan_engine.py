@@ -4,7 +4,7 @@ A chunk tile is either [rows, time] (one step per thread position, VEC = 1) or g
 [rows, groups, VEC] with each group's steps in memory order. ``scan_chunk_with_previous`` must
 give, for every step, x and the x processed just before it, as maps of the carry into the chunk,
 and ``last_step`` the x processed last; padded steps (a = 0, b = 1) pass the carry through.
-``shifted_chunk`` moves a loaded tile one step later in time (GAE's and V-trace's values[t + 1]).
+``next_step_chunk`` moves a loaded tile one step later in time (GAE's and V-trace's values[t + 1]).
 """
 
 import pytest
@@ -16,10 +16,10 @@ from conftest import DEVICE
 from rl_triton.kernels.scan import (
     last_step,
     load_chunk,
+    next_step_chunk,
     per_step,
     scan_chunk,
     scan_chunk_with_previous,
-    shifted_chunk,
     store_chunk,
 )
 
@@ -82,19 +82,19 @@ def test_chunk_scans_match_the_loop(backward, vec, block_time, seq_len):
 
 
 @triton.jit
-def shifted_chunk_kernel(x_ptr, out_ptr, seq_len, chunk, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
+def next_step_chunk_kernel(x_ptr, out_ptr, seq_len, chunk, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
                          BACKWARD: tl.constexpr):
     rows = tl.arange(0, 2).to(tl.int64)
     row_ok = rows < 2
     x = load_chunk(x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD)
-    y = shifted_chunk(x, x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC,
-                      BACKWARD, SHIFT=1)
+    y = next_step_chunk(x, x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC,
+                        BACKWARD)
     store_chunk(out_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, y, 2, BLOCK_TIME, VEC, BACKWARD)
 
 
 @pytest.mark.parametrize("backward", [True, False], ids=["backward", "forward"])
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
-def test_shifted_chunk_is_the_tile_one_step_later(backward, vec):
+def test_next_step_chunk_is_the_tile_one_step_later(backward, vec):
     # three chunks of 16 steps, the last one ragged: each step gets the next one's value, and the
     # step past the end reads `other` (steps inside a group move in registers, the step past each
     # group is loaded)
@@ -106,5 +106,5 @@ def test_shifted_chunk_is_the_tile_one_step_later(backward, vec):
     x = x.to(DEVICE)
     out = torch.full_like(x, float("nan"))
     for chunk in range(triton.cdiv(seq_len, block_time)):
-        shifted_chunk_kernel[(1,)](x, out, seq_len, chunk, BLOCK_TIME=block_time, VEC=vec, BACKWARD=backward)
+        next_step_chunk_kernel[(1,)](x, out, seq_len, chunk, BLOCK_TIME=block_time, VEC=vec, BACKWARD=backward)
     torch.testing.assert_close(out.cpu(), want, rtol=0.0, atol=0.0)
