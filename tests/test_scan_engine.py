@@ -4,7 +4,7 @@ A chunk tile is either [rows, time] (one step per thread position, VEC = 1) or g
 [rows, groups, VEC] with each group's steps in memory order. ``scan_chunk_with_previous`` must
 give, for every step, x and the x processed just before it, as maps of the carry into the chunk,
 and ``last_step`` the x processed last; padded steps (a = 0, b = 1) pass the carry through.
-``next_step_chunk`` moves a loaded tile one step later in time (GAE's and V-trace's values[t + 1]).
+``shifted_chunk`` moves a loaded tile one step later in time (GAE's and V-trace's values[t + 1]).
 """
 
 import pytest
@@ -16,10 +16,10 @@ from conftest import DEVICE
 from rl_triton.kernels.scan import (
     last_step,
     load_chunk,
-    next_step_chunk,
     per_step,
     scan_chunk,
     scan_chunk_with_previous,
+    shifted_chunk,
     store_chunk,
 )
 
@@ -82,29 +82,40 @@ def test_chunk_scans_match_the_loop(backward, vec, block_time, seq_len):
 
 
 @triton.jit
-def next_step_chunk_kernel(x_ptr, out_ptr, seq_len, chunk, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
-                         BACKWARD: tl.constexpr):
+def shifted_chunk_kernel(x_ptr, out_ptr, seq_len, chunk, SHIFT: tl.constexpr, BLOCK_TIME: tl.constexpr,
+                         VEC: tl.constexpr, BACKWARD: tl.constexpr, FLAG: tl.constexpr):
     rows = tl.arange(0, 2).to(tl.int64)
     row_ok = rows < 2
-    x = load_chunk(x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD)
-    y = next_step_chunk(x, x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC,
-                        BACKWARD)
+    x = load_chunk(x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD,
+                   FLAG=FLAG)
+    y = shifted_chunk(x, x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC,
+                      BACKWARD, SHIFT, FLAG)
     store_chunk(out_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, y, 2, BLOCK_TIME, VEC, BACKWARD)
 
 
+@pytest.mark.parametrize("shift", [1, -1], ids=["later", "earlier"])
+@pytest.mark.parametrize("flag", [False, True], ids=["values", "flags"])
 @pytest.mark.parametrize("backward", [True, False], ids=["backward", "forward"])
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
-def test_next_step_chunk_is_the_tile_one_step_later(backward, vec):
-    # three chunks of 16 steps, the last one ragged: each step gets the next one's value, and the
-    # step past the end reads `other` (steps inside a group move in registers, the step past each
-    # group is loaded)
+def test_shifted_chunk_is_the_tile_one_step_along(shift, flag, backward, vec):
+    # three chunks of 16 steps, the last one ragged: each step gets the value of the step SHIFT away
+    # (GAE and V-trace take values[t + 1]); a step outside [0, seq_len) reads `other`, which as a flag
+    # is set. Steps inside a group move in registers, the step past each group is loaded.
     block_time, seq_len = 16, 37
-    gen = torch.Generator().manual_seed(vec * 10 + backward)
+    gen = torch.Generator().manual_seed(vec * 10 + backward + 3 * (shift > 0) + 5 * flag)
     x = torch.randn(ROWS, seq_len, generator=gen, dtype=torch.float64)
-    want = torch.full_like(x, -7.0)
-    want[:, :-1] = x[:, 1:]
+    if flag:
+        # flags stored as any non-zero value
+        x = (x > 0.5).to(torch.float64) * torch.randint(1, 5, x.shape, generator=gen)
+    source = (x != 0).to(torch.float64) if flag else x
+    want = torch.full_like(x, 1.0 if flag else -7.0)
+    if shift > 0:
+        want[:, :-1] = source[:, 1:]
+    else:
+        want[:, 1:] = source[:, :-1]
     x = x.to(DEVICE)
     out = torch.full_like(x, float("nan"))
     for chunk in range(triton.cdiv(seq_len, block_time)):
-        next_step_chunk_kernel[(1,)](x, out, seq_len, chunk, BLOCK_TIME=block_time, VEC=vec, BACKWARD=backward)
+        shifted_chunk_kernel[(1,)](x, out, seq_len, chunk, SHIFT=shift, BLOCK_TIME=block_time, VEC=vec,
+                                   BACKWARD=backward, FLAG=flag)
     torch.testing.assert_close(out.cpu(), want, rtol=0.0, atol=0.0)

@@ -7,10 +7,10 @@ from rl_triton.kernels.scan import (
     claim_segment,
     load_chunk,
     load_episode_flags,
-    next_step_chunk,
     per_step,
     scan_chunk,
     scan_program,
+    shifted_chunk,
     store_chunk,
     tile_rows,
 )
@@ -30,12 +30,12 @@ def next_state_value(
     """v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t], values[T] := 0.
 
     ``value`` is the chunk's values[t]. With SHIFT_IN_REGISTERS, grouped tiles move all but one step
-    of each group in registers (``next_step_chunk``) instead of loading the tile again one step later,
+    of each group in registers (``shifted_chunk``) instead of loading the tile again one step later,
     which no vector load can do; walked segments load it shifted (see ``gae_kernel``).
     """
     if SHIFT_IN_REGISTERS:
-        value_next = next_step_chunk(value, values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len,
-                                     0.0, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, True)
+        value_next = shifted_chunk(value, values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0,
+                                   DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
     else:
         value_next = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
                                 BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)

@@ -477,37 +477,51 @@ def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other
 
 
 @triton.jit
-def shift_group(x, edge, N: tl.constexpr):
-    """Each group of a [rows, groups, N] tile moved one step later in memory order, by ``tl.split`` and
-    ``tl.join`` (renamed registers): [x1, ..., x(N-1), edge], with ``edge`` [rows, groups, 1] the step
-    just past the group."""
+def shift_group(x, edge, SHIFT: tl.constexpr, N: tl.constexpr):
+    """Each group of a [rows, groups, N] tile moved one step along memory order, by ``tl.split`` and
+    ``tl.join`` (renamed registers): [x1, ..., x(N-1), edge] for SHIFT = 1, [edge, x0, ..., x(N-2)]
+    for SHIFT = -1, with ``edge`` [rows, groups, 1] the step just past the group on that side."""
     even, odd = tl.split(tl.reshape(x, [x.shape[0], x.shape[1], N // 2, 2]))
-    # new even positions: the odd steps; new odd positions: the even steps moved by one
-    if N == 2:
-        moved = edge
+    if SHIFT > 0:
+        # new even positions: the odd steps; new odd positions: the even steps moved by one
+        if N == 2:
+            moved = edge
+        else:
+            moved = shift_group(even, edge, SHIFT, N // 2)
+        pairs = tl.join(odd, moved)
     else:
-        moved = shift_group(even, edge, N // 2)
-    return tl.reshape(tl.join(odd, moved), [x.shape[0], x.shape[1], N])
+        if N == 2:
+            moved = edge
+        else:
+            moved = shift_group(odd, edge, SHIFT, N // 2)
+        pairs = tl.join(moved, even)
+    return tl.reshape(pairs, [x.shape[0], x.shape[1], N])
 
 
 @triton.jit
-def next_step_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE: tl.constexpr,
-                    BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr):
-    """``load_chunk(..., SHIFT=1)`` given ``x``, the same chunk unshifted: grouped tiles take all but one
-    step of each group from ``x`` and load only the step just past the group (one scalar per thread and
-    group instead of VEC, whose addresses, one step off the vector boundary, no vector load can read)."""
+def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE: tl.constexpr,
+                  BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
+                  SHIFT: tl.constexpr, FLAG: tl.constexpr = False):
+    """``load_chunk(..., SHIFT=SHIFT)`` given ``x``, the same chunk unshifted: grouped tiles take all
+    but one step of each group from ``x`` and load only the step just past the group (one scalar per
+    thread and group instead of VEC, whose shifted addresses could not be loaded as one vector)."""
     if VEC == 1:
         return load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE,
-                          BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, SHIFT=1)
+                          BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, SHIFT=SHIFT, FLAG=FLAG)
     else:
         groups = tl.arange(0, BLOCK_TIME // VEC)[:, None]
         if BACKWARD:
             groups = BLOCK_TIME // VEC - 1 - groups
-        edge_steps = tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC + VEC
+        edge_offset: tl.constexpr = VEC if SHIFT > 0 else -1
+        edge_steps = tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC + edge_offset
         mask = step_mask(row_ok, edge_steps, seq_len, VEC)
         edge = tl.load(ptr + per_step(rows * row_stride, VEC) + tl.expand_dims(edge_steps, 0) * time_stride,
                        mask=mask, other=other)
-        return shift_group(x, edge.to(DTYPE), VEC)
+        if FLAG:
+            edge = (edge != 0).to(DTYPE)
+        else:
+            edge = edge.to(DTYPE)
+        return shift_group(x, edge, SHIFT, VEC)
 
 
 @triton.jit
