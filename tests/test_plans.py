@@ -117,6 +117,58 @@ def test_batch_major_tiles_group_16_bytes_of_steps_per_thread():
     assert vec(4096, 512, 4, time_major=True) == 1 and vec(4096, 512, None) == 1
 
 
+def launch_meta(monkeypatch, launcher, *inputs) -> tuple:
+    """(rows, steps, warps, steps per thread group) of the tile a launcher would launch."""
+    seen = {}
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
+    launcher(*inputs)
+    return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], seen.get("VEC", 1)
+
+
+def vtrace_inputs(rows: int, seq_len: int, dtype: torch.dtype) -> tuple:
+    x, flags = torch.empty(rows, seq_len, dtype=dtype), torch.empty(rows, seq_len, dtype=torch.uint8)
+    return (torch.empty_like(x), torch.empty_like(x), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None, x[:, 0])
+
+
+def test_short_rows_pack_256_steps_into_one_warp(monkeypatch):
+    def tiles(rows, seq_len, dtype=torch.float32):
+        x, flags, out = (torch.empty(rows, seq_len, dtype=dtype), torch.empty(rows, seq_len, dtype=torch.uint8),
+                         torch.empty(rows, seq_len, dtype=dtype))
+        return {
+            "gae": launch_meta(monkeypatch, _launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]),
+            "lambda": launch_meta(monkeypatch, _launch.returns, out, x, x, flags, None, 0.99, 0.95, None),
+            "discounted": launch_meta(monkeypatch, _launch.returns, out, x, None, flags, None, 0.99, 1.0, None),
+            "episodic": launch_meta(monkeypatch, _launch.episodic_scan, out, x, flags, None, 0.9, True),
+        }
+
+    # 128 steps: two rows per program of one warp (groups of 4 float32 steps, 8 bf16 steps)
+    assert set(tiles(4096, 128).values()) == {(2, 128, 1, 4)}
+    assert set(tiles(4096, 128, torch.bfloat16).values()) == {(2, 128, 1, 8)}
+    # 64 steps: four rows; 256 steps: one row, as before (2 warps)
+    assert set(tiles(8192, 64).values()) == {(4, 64, 1, 4)}
+    assert set(tiles(4096, 256).values()) == {(1, 256, 2, 4)}
+    # float32 V-trace keeps one row of 128 steps per warp; bf16 V-trace packs 256
+    assert launch_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(4096, 128, torch.float32)) == (1, 128, 1, 4)
+    assert launch_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(8192, 64, torch.float32)) == (2, 64, 1, 4)
+    assert launch_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(4096, 128, torch.bfloat16)) == (2, 128, 1, 8)
+    # the gradient kernels and the plain recurrence keep 128
+    assert _launch.plan_tiles(4096, 128, False, CPU, heavy=False, element_bytes=4).block_rows == 1
+
+
+def test_bf16_vtrace_warps(monkeypatch):
+    def tile(rows, seq_len):
+        return launch_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(rows, seq_len, torch.bfloat16))
+
+    # one chunk per row: one 16-byte vector per thread (GAE: two)
+    assert tile(16384, 512) == (1, 512, 2, 8) and tile(512, 1024) == (1, 1024, 4, 8)
+    x, flags = torch.empty(16384, 512, dtype=torch.bfloat16), torch.empty(16384, 512, dtype=torch.uint8)
+    assert launch_meta(monkeypatch, _launch.gae, torch.empty_like(x), x, x, flags, None, 0.99, 0.95, None,
+                       x[:, 0]) == (1, 512, 1, 8)
+    # rows walked in 512-step chunks: one warp per chunk; float32 keeps 4
+    assert tile(4096, 4096) == (1, 512, 1, 8)
+    assert launch_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(4096, 4096, torch.float32)) == (1, 512, 4, 4)
+
+
 def retrace_launches(num_actions: int, rows: int, seq_len: int, out_dtype: torch.dtype,
                      input_dtype: torch.dtype = torch.float32) -> dict:
     """{kernel name: the compile options and constexprs} of the kernels Retrace's launcher would launch."""

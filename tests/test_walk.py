@@ -166,6 +166,18 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     eight_rows = plan(8, 1 << 21, _launch._EPISODIC_WALK)
     assert eight_rows.walk and eight_rows.block_time == 512 and eight_rows.segment_chunks == 32
     assert eight_rows.grid == (8 * 128,)  # 8 x 132 programs asked, 4096 chunks per row in segments of 32
+    # eligibility traces and prefix sums walk 2048-step chunks, 3 programs per multiprocessor, where
+    # segments still hold 8 of them
+    long_walk = {"walk_split": _launch._EPISODIC_WALK, "long_walk_split": _launch._EPISODIC_LONG_WALK}
+    eight_rows = _launch.plan_tiles(8, 1 << 21, False, cpu, heavy=False, element_bytes=4, **long_walk)
+    assert eight_rows.walk and eight_rows.block_time == 2048 and eight_rows.segment_chunks == 21
+    assert eight_rows.grid == (8 * 49,)  # 3 x 132 programs asked, 1024 chunks per row in segments of 21
+    # 1 x 2^22: 2048 chunks of 2048 steps over 396 segments is too few; 512-step chunks still walk
+    one_row = _launch.plan_tiles(1, 1 << 22, False, cpu, heavy=False, element_bytes=4, **long_walk)
+    assert one_row.walk and one_row.block_time == 512 and one_row.segment_chunks == 8
+    # time-major tiles keep the walk plan of before
+    time_major = _launch.plan_tiles(8, 1 << 21, True, cpu, heavy=False, **long_walk)
+    assert time_major.walk and time_major.block_time == 64
     vtrace = plan(2, 1 << 23, _launch._VTRACE_WALK, heavy=True)
     assert vtrace.walk and vtrace.grid[0] <= 6 * 132 and vtrace.segment_chunks == 42
     # 64 x 16384: 4 chunks per segment, so one chunk per program (2048 steps, capped registers)

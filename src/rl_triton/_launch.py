@@ -50,8 +50,23 @@ _HEAVY_SPLIT_BLOCK_TIME = 512
 # with 4096 steps and no register cap (18 / 17 / 33 / 32 with the cap of 64). GAE and lambda-returns
 # were slower with 4096 (GAE 29 / 25 / 40 / 31 -> 16 / 16 / 21 / 29) and keep 2048.
 _LIGHT_SPLIT_BLOCK_TIME = 4096
-# short rows are packed so that one warp still holds 128 steps
+# Short rows are packed, several to a program of one warp, so that the warp holds at least this many
+# steps. 256 for the kernels measured with it, against 128 (one row of 128 steps per program), on an
+# H200, % of the copy bandwidth at 4096x128 / 16384x128 (benchmarks/results/h200-2026-11-30-run14-short-rows.txt):
+# GAE 41.9 / 61.8 -> 53.1 / 78.6, with truncations 47.8 / 83.9 -> 63.0 / 82.3, lambda-returns 52.4 / 83.2 ->
+# 65.9 / 82.8, discounted returns 31.2 / 46.9 -> 42.1 / 70.3, eligibility traces 29.9 / 46.8 -> 42.6 / 70.2,
+# prefix sums 31.6 / 47.1 -> 42.9 / 71.1, bf16 GAE 17.7 / 27.4 -> 24.0 / 44.8, bf16 V-trace 31.2 / 49.5 ->
+# 41.1 / 68.5; at 8192x64 (4 rows of 64 steps against 2) GAE 41.0 -> 48.8, eligibility traces 32.2 -> 41.1.
+# Float32 V-trace keeps 128 (16384x128: 85.8 against 84.1; 8192x64: 63.2 against 58.4), and so do the
+# kernels not measured with 256 (Retrace, the gradients, the plain recurrence).
 _MIN_TILE_ELEMENTS = 128
+PACKED_TILE_ELEMENTS = 256
+# Steps per warp of V-trace with 2-byte inputs, batch-major (two 16-byte vectors per thread for the
+# other kernels): one vector per thread where a row is one chunk, and one warp per 512-step chunk where
+# a program walks its row. On an H200, % of the copy bandwidth, bf16 inputs and uint8 flags
+# (benchmarks/results/h200-2026-11-30-run14-*.txt): 16384x512 72.8 / 75.9 -> 81.6 / 82.5 (1 -> 2
+# warps, two runs); 4096x4096 65.8 / 65.6 -> 75.6 / 76.2 (4 warps -> 1); 4096x1024 equal (72.8 / 72.4).
+VTRACE_NARROW_STEPS_PER_WARP = (256, 512)
 # Time-major buffers are read as tiles of (rows, steps), 4 warps each, with every row's steps
 # spread over many threads (16 rows x 64 steps: 4 contiguous rows per thread, one 16-byte vector, 4
 # lanes along rows, 8 lanes and the warps along time), so a call runs many more threads than rows.
@@ -141,11 +156,17 @@ _WALK_WARPS = 4
 # fit its registers): with float32 flags, 4 -> 6 -> 8 read 69.8 -> 75.7 -> 74.8 / 66.6 -> 69.6 -> 68.9
 # (-run13-walk-plans.txt; device time with bool flags 65.5 -> 57.0 / 70.4 -> 64.6 us for 4 -> 6,
 # -run13-walk-flags.txt); lambda-returns there read 85.3 / 81.5 with 4, 85.4 / 79.9 with 6, 86.1 / 82.0
-# with 8.
+# with 8. Lambda-returns take 1024-step chunks with 3 programs, eligibility traces and prefix sums 2048
+# with 3 (16 steps per thread): three runs each (-run14-walk-*.txt), lambda-returns 81.8-84.6 / 80.0-81.1
+# -> 86.4 / 82.0-82.9, eligibility traces 68.9-71.4 / 67.5-67.7 -> 74.7 / 68.9-69.8, prefix sums
+# 68.1-69.5 / 67.5-67.7 -> 75.1-75.6 / 69.7-69.9.
+# Rows too short for segments of 8 such chunks, and time-major tiles, keep the earlier plans.
 _GAE_WALK = (512, 8)
 _DISCOUNTED_WALK = (1024, 6)
 _LAMBDA_WALK = (512, 4)
+_LAMBDA_LONG_WALK = (1024, 3)
 _EPISODIC_WALK = (512, 8)
+_EPISODIC_LONG_WALK = (2048, 3)
 _VTRACE_WALK = (512, 6)
 # Float32 Retrace programs that walk their chunks, 4 warps each. Up to 4 actions per group they take
 # ~156 registers per thread; 128 (no spills) fits 4 programs per multiprocessor instead of 3
@@ -278,6 +299,9 @@ def plan_tiles(
     one_row_tile_split: int | None = None,
     walk_split: tuple[int, int] | None = None,
     time_major_many_rows: tuple[int, int, int] | None = None,
+    packed_tile_elements: int = _MIN_TILE_ELEMENTS,
+    narrow_steps_per_warp: tuple[int, int] | None = None,
+    long_walk_split: tuple[int, int] | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -296,10 +320,16 @@ def plan_tiles(
     ``_TIME_MAJOR_WALK_TILE`` instead of that chunk length).
     ``time_major_many_rows``: (rows, steps, warps) of the time-major tiles of calls of at least
     ``_TIME_MAJOR_MANY_ROWS`` rows, for kernels measured there (None: by the number of rows).
+    ``packed_tile_elements``: batch-major rows shorter than this are packed, several to a program of one
+    warp, up to this many steps. ``narrow_steps_per_warp``: (one chunk per row, rows walked in chunks)
+    steps per warp of batch-major tiles of 2-byte inputs (None: two 16-byte vectors per thread for a
+    single chunk, as float32 tiles otherwise). ``long_walk_split``: (chunk steps, programs per
+    multiprocessor) of batch-major walked segments, taken instead of ``walk_split`` where it still gives
+    segments of at least 8 chunks.
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
-            time_major_many_rows)
+            time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -312,11 +342,13 @@ def _default_plan(
     time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
+    packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
+    long_walk_split: tuple[int, int] | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
                  max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
-                 time_major_many_rows)
+                 time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split)
 
 
 def _time_major_tile(
@@ -340,6 +372,8 @@ def _plan(
     time_major_tile: tuple[int, int, int, int] | None,
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
+    packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
+    long_walk_split: tuple[int, int] | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     walk_block_time, walk_programs = walk_split or (0, 0)
@@ -357,11 +391,18 @@ def _plan(
         # rows of up to single_chunk_steps steps are one chunk per program, however few the rows (then
         # nothing is split in time: the time split below would cut such a row into one or two chunks)
         block_time = time_pow2 if time_pow2 <= single_chunk_steps else min(time_pow2, _MANY_ROWS_BLOCK_TIME)
-        block_rows = min(rows_pow2, max(1, _MIN_TILE_ELEMENTS // block_time))
+        block_rows = min(rows_pow2, max(1, packed_tile_elements // block_time))
         # too few row tiles to fill the GPU: split time across programs as well
         split = seq_len > block_time and triton.cdiv(num_rows, block_rows) < 2 * _multiprocessors(device)
     if _override.split is not None:
         split = _override.split
+    if (split and long_walk_split is not None and not time_major and _override.walk_programs is None
+            and _override.block_time is None):
+        # batch-major rows long enough to walk segments of 8 chunks of the longer plan take it
+        long_steps, long_programs = long_walk_split
+        segments = max(1, long_programs * _multiprocessors(device) // triton.cdiv(num_rows, block_rows))
+        if triton.cdiv(triton.cdiv(seq_len, long_steps), segments) >= _WALK_MIN_SEGMENT_CHUNKS:
+            walk_block_time, walk_programs = long_walk_split
     if split and walk_split is not None and walk_programs:
         # walked segments, if the rows are long enough for segments of several chunks
         walk_rows, walk_steps = _TIME_MAJOR_WALK_TILE if time_major else (block_rows, walk_block_time)
@@ -403,6 +444,11 @@ def _plan(
     elif time_major:
         elements_per_warp = (_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split
                              else tile_rows * tile_steps // tile_warps)
+    elif not split and block_time < packed_tile_elements:
+        # packed short rows: one warp per tile
+        elements_per_warp = packed_tile_elements
+    elif narrow_steps_per_warp is not None and element_bytes is not None and element_bytes <= 2 and not split:
+        elements_per_warp = narrow_steps_per_warp[0 if single_chunk else 1]
     elif vector_loads:
         # two vectors per thread: 1 warp per 512 steps (at 16384x512 on an H200, bf16 GAE 56% -> 67% of
         # the copy bandwidth, V-trace 55% -> 59%, against one vector per thread)
@@ -655,7 +701,7 @@ def gae(
     heavier = truncateds is not None or bootstrap_values is not None
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
-                      max_warps=16 if heavier else 8, walk_split=_GAE_WALK,
+                      max_warps=16 if heavier else 8, walk_split=_GAE_WALK, packed_tile_elements=PACKED_TILE_ELEMENTS,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
@@ -697,7 +743,9 @@ def vtrace(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
                       one_row_tile_split=_SPLIT_BLOCK_TIME if element_bytes == 4 else None,
-                      walk_split=_VTRACE_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+                      walk_split=_VTRACE_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
+                      packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
+                      narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
@@ -1022,7 +1070,8 @@ def returns(
                       element_bytes=element_bytes, split_block_time=_LIGHT_SPLIT_BLOCK_TIME if discounted else None,
                       split_max_registers=None if discounted else _SPLIT_MAX_REGISTERS,
                       walk_split=_DISCOUNTED_WALK if discounted else _LAMBDA_WALK,
-                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS)
+                      long_walk_split=None if discounted else _LAMBDA_LONG_WALK,
+                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
@@ -1052,7 +1101,8 @@ def episodic_scan(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False,
                       element_bytes=_element_bytes(inputs, dones, seed_values, out),
                       split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK,
-                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS)
+                      long_walk_split=_EPISODIC_LONG_WALK,
+                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS)
     if plan.split and not _override.vec:
         # A forward scan's loads ascend, so Triton reads its steps in vectors anyway; split in time it
         # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
