@@ -74,11 +74,17 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
     assert tile(_launch.gae, fewer, fewer, fewer, fewer, None, 0.99, 0.95, None, fewer[:, 0]) == (16, 64, 4)
 
 
+def recorded_meta(monkeypatch, launcher, *inputs) -> dict:
+    """The compile options and constexprs a launcher would launch its kernel with (nothing runs)."""
+    seen = {}
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
+    launcher(*inputs)
+    return seen
+
+
 def test_time_split_chunks_by_kernel(monkeypatch):
     def split_plan(launcher, *inputs):
-        seen = {}
-        monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
-        launcher(*inputs)
+        seen = recorded_meta(monkeypatch, launcher, *inputs)
         assert seen["SPLIT"]
         return seen["BLOCK_TIME"], seen.get("VEC", 1), seen.get("maxnreg")
 
@@ -119,9 +125,7 @@ def test_batch_major_tiles_group_16_bytes_of_steps_per_thread():
 
 def launch_meta(monkeypatch, launcher, *inputs) -> tuple:
     """(rows, steps, warps, steps per thread group) of the tile a launcher would launch."""
-    seen = {}
-    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
-    launcher(*inputs)
+    seen = recorded_meta(monkeypatch, launcher, *inputs)
     return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], seen.get("VEC", 1)
 
 
