@@ -660,7 +660,12 @@ def retrace_scan_kernel(
     in sub-tiles of SUB_STEPS steps. A scan of two passes that does not walk reads no per-action
     argument after the actions (next-Q and its strides, ACTION_*, SUB_STEPS).
     """
-    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
+    # even segments: measured on an H200 with 4 actions, % of the copy bandwidth at 8x2^21 / 1x2^24, two
+    # interleaved runs (benchmarks/results/h200-2026-11-30-run15-even-segments.txt): 73.4-73.6 / 73.6-74.2
+    # -> 77.3-78.1 / 74.7-75.6. The other kernels keep segments of segment_chunks: even ones read GAE
+    # 72 -> 54% and V-trace 85 -> 69% at 8x2^21 in the same runs.
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT,
+                                                      EVEN=WALK)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     args = (
         (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,

@@ -237,18 +237,28 @@ def claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT: tl.constexpr):
+def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT: tl.constexpr,
+                  EVEN: tl.constexpr = False):
     """(row tile, segment's order, position of its first chunk, its number of chunks) of this program.
 
-    A split cuts each row tile's chunks (in processing order) into segments of ``segment_chunks``;
-    programs claim segments in order from the ticket counter. Without a split a program owns a
-    whole row tile: one segment of every chunk.
+    A split cuts each row tile's chunks (in processing order) into segments of ``segment_chunks``
+    (the last one shorter); EVEN cuts them into as many segments of at most that many chunks, whose
+    lengths differ by one at most. Programs claim segments in order from the ticket counter. Without
+    a split a program owns a whole row tile: one segment of every chunk.
     """
     if SPLIT:
         ticket = tl.atomic_add(counter_ptr, 1)
         order = ticket // num_row_tiles
-        first = order * segment_chunks
-        return ticket % num_row_tiles, order, first, tl.minimum(segment_chunks, num_chunks - first)
+        if EVEN:
+            # the first (num_chunks mod num_segments) segments hold one chunk more than the others
+            num_segments = (num_chunks + segment_chunks - 1) // segment_chunks
+            shorter = num_chunks // num_segments
+            longer_ones = num_chunks - shorter * num_segments
+            first = order * shorter + tl.minimum(order, longer_ones)
+            return ticket % num_row_tiles, order, first, shorter + (order < longer_ones).to(tl.int32)
+        else:
+            first = order * segment_chunks
+            return ticket % num_row_tiles, order, first, tl.minimum(segment_chunks, num_chunks - first)
     else:
         return tl.program_id(0), 0, 0, num_chunks
 
