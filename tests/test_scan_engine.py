@@ -5,7 +5,10 @@ A chunk tile is either [rows, time] (one step per thread position, VEC = 1) or g
 give, for every step, x and the x processed just before it, as maps of the carry into the chunk,
 and ``last_step`` the x processed last; padded steps (a = 0, b = 1) pass the carry through.
 ``shifted_chunk`` moves a loaded tile one step later in time (GAE's and V-trace's values[t + 1]).
+``claim_segment`` hands the programs of a time split their row tile and run of chunks.
 """
+
+import itertools
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ import triton.language as tl
 
 from conftest import DEVICE
 from rl_triton.kernels.scan import (
+    claim_segment,
     last_step,
     load_chunk,
     per_step,
@@ -119,3 +123,43 @@ def test_shifted_chunk_is_the_tile_one_step_along(shift, flag, backward, vec):
         shifted_chunk_kernel[(1,)](x, out, seq_len, chunk, SHIFT=shift, BLOCK_TIME=block_time, VEC=vec,
                                    BACKWARD=backward, FLAG=flag)
     torch.testing.assert_close(out.cpu(), want, rtol=0.0, atol=0.0)
+
+
+@triton.jit
+def claim_segment_kernel(counter_ptr, out_ptr, num_row_tiles, num_chunks, segment_chunks, EVEN: tl.constexpr):
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, True,
+                                                      EVEN)
+    program = tl.program_id(0)
+    tl.store(out_ptr + 4 * program, row_tile)
+    tl.store(out_ptr + 4 * program + 1, order)
+    tl.store(out_ptr + 4 * program + 2, first)
+    tl.store(out_ptr + 4 * program + 3, my_chunks)
+
+
+@pytest.mark.parametrize("even", [False, True], ids=["cut", "even"])
+@pytest.mark.parametrize("num_row_tiles, num_chunks, segment_chunks",
+                         [(1, 38, 10), (3, 4096, 63), (2, 64, 8), (1, 7, 1), (2, 5, 2)])
+def test_segments_cover_every_chunk_once(even, num_row_tiles, num_chunks, segment_chunks):
+    # segments of segment_chunks chunks, the last one shorter; even ones (Retrace's walks) as many
+    # segments, of lengths that differ by one chunk at most, the longer ones first
+    num_segments = triton.cdiv(num_chunks, segment_chunks)
+    counter = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    out = torch.full((num_row_tiles * num_segments, 4), -1, dtype=torch.int32, device=DEVICE)
+    claim_segment_kernel[(num_row_tiles * num_segments,)](counter, out, num_row_tiles, num_chunks, segment_chunks,
+                                                          EVEN=even)
+    claimed = sorted(tuple(row) for row in out.cpu().tolist())
+    for row_tile in range(num_row_tiles):
+        segments = [row[1:] for row in claimed if row[0] == row_tile]
+        assert [order for order, _, _ in segments] == list(range(num_segments))
+        # contiguous, in order, every chunk once
+        assert segments[0][1] == 0
+        assert all(first + length == next_first
+                   for (_, first, length), (_, next_first, _) in itertools.pairwise(segments))
+        assert segments[-1][1] + segments[-1][2] == num_chunks
+        lengths = [length for _, _, length in segments]
+        if even:
+            shorter = num_chunks // num_segments
+            assert lengths == sorted(lengths, reverse=True) and set(lengths) <= {shorter, shorter + 1}
+        else:
+            assert lengths[:-1] == [segment_chunks] * (num_segments - 1)
+            assert lengths[-1] == num_chunks - (num_segments - 1) * segment_chunks
