@@ -1,0 +1,219 @@
+"""Registers of the walking kernels on an H200, from ptxas, without a GPU.
+
+    PYTHONPATH=src python benchmarks/registers.py [--json]
+
+Walked segments (``rl_triton/kernels/scan.py``) size their grid so that every program is resident at
+once: the walk plans in ``rl_triton/_launch.py`` name the programs per multiprocessor, and those
+programs must fit the multiprocessor's 65536 registers. A kernel change that adds registers can
+break that without failing any other test: programs that do not fit start only when others end, so
+their segments, and every segment after them, finish a whole walk later (GAE at 8x2^21 fell from
+72% to 54% of the copy bandwidth on an H200 when its walk went from 56 to 71 registers;
+benchmarks/NOTES.md, "Fifteenth round").
+
+This script plans the calls the benchmark makes at 8x2^21 and 1x2^24 (float32 values and flags)
+as on an H200 (132 multiprocessors), records each launch instead of running it (shape-only tensors
+on the ``meta`` device), compiles the kernels of walked segments for sm_90a with Triton's own
+specialisation rules (an int of 1 is a constant; pointers, and ints divisible by 16, carry that
+hint) and reads ptxas's register count. Triton's interpreter must be off (``TRITON_INTERPRET``
+unset): it compiles nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable
+from unittest import mock
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from rl_triton import _launch
+
+H200_MULTIPROCESSORS = 132
+REGISTERS_PER_MULTIPROCESSOR = 65536
+# ptxas allocates registers per warp in units of 256: 8 per thread
+REGISTER_ALLOCATION_UNIT = 8
+SHAPES = ((8, 2**21), (1, 2**24))
+
+_POINTER_TYPES = {
+    torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16", torch.bfloat16: "*bf16",
+    torch.int32: "*i32", torch.int64: "*i64", torch.uint8: "*u8", torch.bool: "*i1",
+}
+
+
+@dataclasses.dataclass
+class Launch:
+    kernel: triton.runtime.JITFunction
+    grid: tuple[int, ...]
+    args: tuple
+    meta: dict
+
+
+@dataclasses.dataclass
+class Residency:
+    estimator: str
+    shape: tuple[int, int]
+    kernel: str
+    registers: int
+    warps: int
+    programs: int
+    programs_per_multiprocessor: int
+
+    @property
+    def registers_needed(self) -> int:
+        allocated = math.ceil(self.registers / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+        return self.programs_per_multiprocessor * self.warps * 32 * allocated
+
+    @property
+    def fits(self) -> bool:
+        return self.registers_needed <= REGISTERS_PER_MULTIPROCESSOR
+
+
+def record_launches(call: Callable[[], None]) -> list[Launch]:
+    """The kernel launches of ``call``, planned as on an H200 and not run."""
+    launches: list[Launch] = []
+
+    def record(kernel: triton.runtime.JITFunction, grid: tuple[int, ...], *args: object, **meta: object) -> None:
+        launches.append(Launch(kernel, grid, args, meta))
+
+    _launch._default_plan.cache_clear()
+    try:
+        with (mock.patch.object(_launch, "_launch", record),
+              mock.patch.object(_launch, "_multiprocessors", lambda device: H200_MULTIPROCESSORS)):
+            call()
+    finally:
+        _launch._default_plan.cache_clear()
+    return launches
+
+
+def compile_options(launch: Launch) -> tuple[dict, dict, dict, dict]:
+    """(signature, constants, attributes, options) of a launch, by Triton's specialisation rules."""
+    signature: dict[str, str] = {}
+    constants: dict[str, object] = {}
+    attributes: dict[tuple[int, ...], list] = {}
+    params = launch.kernel.params
+    for index, param in enumerate(params):
+        name = param.name
+        if param.is_constexpr:
+            signature[name] = "constexpr"
+            if name in launch.meta:
+                constants[name] = launch.meta[name]
+            continue
+        value = launch.args[index] if index < len(launch.args) else launch.meta[name]
+        if value is None:
+            signature[name] = "constexpr"
+            constants[name] = None
+        elif isinstance(value, torch.Tensor):
+            signature[name] = _POINTER_TYPES[value.dtype]
+            attributes[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            if value == 1:
+                signature[name] = "constexpr"
+                constants[name] = 1
+                continue
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if value % 16 == 0:
+                attributes[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[name] = "fp64" if "float64" in str(param.annotation) else "fp32"
+        else:
+            raise TypeError(f"{launch.kernel.__name__}: argument {name} of type {type(value).__name__}")
+    options = {key: launch.meta[key] for key in ("num_warps", "num_stages", "maxnreg") if key in launch.meta}
+    return signature, constants, attributes, options
+
+
+def ptxas_registers(launch: Launch) -> int:
+    """Registers per thread that ptxas gives the launch's kernel for sm_90a."""
+    signature, constants, attributes, options = compile_options(launch)
+    compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
+                              target=GPUTarget("cuda", 90, 32), options=options)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as folder:
+        ptx = os.path.join(folder, "kernel.ptx")
+        with open(ptx, "w") as file:
+            file.write(compiled.asm["ptx"])
+        result = subprocess.run([ptxas, "--gpu-name", "sm_90a", "-v", ptx, "-o", os.path.join(folder, "kernel.cubin")],
+                                capture_output=True, text=True, check=True)
+    found = re.search(r"Used (\d+) registers", result.stderr)
+    if found is None:
+        raise RuntimeError(f"no register count in ptxas's output: {result.stderr[-400:]}")
+    return int(found.group(1))
+
+
+def _empty(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def walking_calls(num_rows: int, seq_len: int) -> dict[str, Callable[[], None]]:
+    """The benchmark's calls at one shape, through the launchers (float32 values and flags)."""
+    def x() -> torch.Tensor:
+        return _empty(num_rows, seq_len)
+
+    last = _empty(num_rows)
+
+    def retrace(num_actions: int) -> Callable[[], None]:
+        probs = _empty(num_rows, seq_len, num_actions)
+        return lambda: _launch.retrace(x(), x(), probs, x(), x(), _empty(num_rows, seq_len, num_actions),
+                                       _empty(num_rows, seq_len, dtype=torch.int64), x(), x(), x(), 0.99, 0.95, 1.0,
+                                       1.0)
+
+    return {
+        "gae": lambda: _launch.gae(x(), x(), x(), x(), None, 0.99, 0.95, None, last),
+        "gae+trunc": lambda: _launch.gae(x(), x(), x(), x(), x(), 0.99, 0.95, x(), None),
+        "vtrace": lambda: _launch.vtrace(x(), x(), x(), x(), x(), x(), x(), None, 0.99, 1.0, 1.0, None, last),
+        "vtrace+trunc": lambda: _launch.vtrace(x(), x(), x(), x(), x(), x(), x(), x(), 0.99, 1.0, 1.0, x(), None),
+        "retrace-a4": retrace(4),
+        "retrace-a18": retrace(18),
+        "lambda-returns": lambda: _launch.returns(x(), x(), x(), x(), x(), 0.99, 0.95, x()),
+        "discounted-returns": lambda: _launch.returns(x(), x(), None, x(), x(), 0.99, 1.0, x()),
+        "eligibility-traces": lambda: _launch.episodic_scan(x(), x(), x(), None, 0.99 * 0.95, True),
+        "prefix-sum": lambda: _launch.episodic_scan(x(), x(), x(), None, 1.0, False),
+    }
+
+
+def walk_residency(shapes: tuple[tuple[int, int], ...] = SHAPES) -> list[Residency]:
+    """Registers and resident programs of every walked-segment launch of the benchmark's calls."""
+    rows = []
+    for shape in shapes:
+        for estimator, call in walking_calls(*shape).items():
+            for launch in record_launches(call):
+                if not launch.meta.get("WALK"):
+                    continue
+                programs = launch.grid[0]
+                rows.append(Residency(estimator, shape, launch.kernel.__name__, ptxas_registers(launch),
+                                      launch.meta["num_warps"], programs,
+                                      math.ceil(programs / H200_MULTIPROCESSORS)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="one JSON list of the rows, for the tests")
+    if parser.parse_args().json:
+        print(json.dumps([{**dataclasses.asdict(row), "registers_needed": row.registers_needed, "fits": row.fits}
+                          for row in walk_residency()]))
+        return
+    print(f"walked segments on an H200 ({H200_MULTIPROCESSORS} multiprocessors), ptxas for sm_90a, "
+          f"triton {triton.__version__}")
+    print(f"{'estimator':20s} {'shape':>11s} {'kernel':24s} {'registers':>9s} {'warps':>5s} {'programs':>8s} "
+          f"{'per SM':>6s} {'registers per SM':>16s}  fits")
+    for row in walk_residency():
+        shape = f"{row.shape[0]}x{row.shape[1]}"
+        print(f"{row.estimator:20s} {shape:>11s} {row.kernel:24s} {row.registers:9d} {row.warps:5d} "
+              f"{row.programs:8d} {row.programs_per_multiprocessor:6d} {row.registers_needed:16d}  "
+              f"{'yes' if row.fits else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
