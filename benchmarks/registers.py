@@ -1,6 +1,6 @@
 """Registers of the walking kernels on an H200, from ptxas, without a GPU.
 
-    PYTHONPATH=src python benchmarks/registers.py [--json]
+    PYTHONPATH=src python benchmarks/registers.py [--layouts float32,time-major,bf16] [--json]
 
 Walked segments (``rl_triton/kernels/scan.py``) size their grid so that every program is resident at
 once: the walk plans in ``rl_triton/_launch.py`` name the programs per multiprocessor, and those
@@ -10,8 +10,8 @@ their segments, and every segment after them, finish a whole walk later (GAE at 
 72% to 54% of the copy bandwidth on an H200 when its walk went from 56 to 71 registers;
 benchmarks/NOTES.md, "Fifteenth round").
 
-This script plans the calls the benchmark makes at 8x2^21 and 1x2^24 (float32 values and flags)
-as on an H200 (132 multiprocessors), records each launch instead of running it (shape-only tensors
+This script plans the calls the benchmark makes at 8x2^21 and 1x2^24 (float32 values and flags;
+``--layouts`` adds the same stored time-major, and bf16 values with uint8 flags) as on an H200 (132 multiprocessors), records each launch instead of running it (shape-only tensors
 on the ``meta`` device), compiles the kernels of walked segments for sm_90a with Triton's own
 specialisation rules (an int of 1 is a constant; pointers, and ints divisible by 16, carry that
 hint) and reads ptxas's register count. Triton's interpreter must be off (``TRITON_INTERPRET``
@@ -67,6 +67,7 @@ class Residency:
     warps: int
     programs: int
     programs_per_multiprocessor: int
+    layout: str = "float32"
 
     @property
     def registers_needed(self) -> int:
@@ -151,66 +152,92 @@ def ptxas_registers(launch: Launch) -> int:
     return int(found.group(1))
 
 
-def _empty(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+LAYOUTS = ("float32", "time-major", "bf16")
+
+
+def _empty(*shape: int, dtype: torch.dtype = torch.float32, time_major: bool = False) -> torch.Tensor:
+    """A shape-only tensor; ``time_major``: ``[rows, T, ...]`` viewed from ``[T, rows, ...]`` storage."""
+    if time_major:
+        return torch.empty((shape[1], shape[0], *shape[2:]), dtype=dtype, device="meta").transpose(0, 1)
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def walking_calls(num_rows: int, seq_len: int) -> dict[str, Callable[[], None]]:
-    """The benchmark's calls at one shape, through the launchers (float32 values and flags)."""
-    def x() -> torch.Tensor:
-        return _empty(num_rows, seq_len)
+def walking_calls(num_rows: int, seq_len: int, layout: str = "float32") -> dict[str, Callable[[], None]]:
+    """The benchmark's calls at one shape, through the launchers: float32 values and flags, the same
+    stored time-major (``[T, N]``), or bf16 values with uint8 flags."""
+    time_major = layout == "time-major"
+    values_dtype = torch.bfloat16 if layout == "bf16" else torch.float32
+    flags_dtype = torch.uint8 if layout == "bf16" else torch.float32
 
-    last = _empty(num_rows)
+    def x() -> torch.Tensor:
+        return _empty(num_rows, seq_len, dtype=values_dtype, time_major=time_major)
+
+    def flags() -> torch.Tensor:
+        return _empty(num_rows, seq_len, dtype=flags_dtype, time_major=time_major)
+
+    last = _empty(num_rows, dtype=values_dtype)
 
     def retrace(num_actions: int) -> Callable[[], None]:
-        probs = _empty(num_rows, seq_len, num_actions)
-        return lambda: _launch.retrace(x(), x(), probs, x(), x(), _empty(num_rows, seq_len, num_actions),
-                                       _empty(num_rows, seq_len, dtype=torch.int64), x(), x(), x(), 0.99, 0.95, 1.0,
-                                       1.0)
+        def per_action() -> torch.Tensor:
+            return _empty(num_rows, seq_len, num_actions, dtype=values_dtype, time_major=time_major)
+
+        actions = _empty(num_rows, seq_len, dtype=torch.int64, time_major=time_major)
+        return lambda: _launch.retrace(x(), x(), per_action(), x(), x(), per_action(), actions, x(), flags(), flags(),
+                                       0.99, 0.95, 1.0, 1.0)
 
     return {
-        "gae": lambda: _launch.gae(x(), x(), x(), x(), None, 0.99, 0.95, None, last),
-        "gae+trunc": lambda: _launch.gae(x(), x(), x(), x(), x(), 0.99, 0.95, x(), None),
-        "vtrace": lambda: _launch.vtrace(x(), x(), x(), x(), x(), x(), x(), None, 0.99, 1.0, 1.0, None, last),
-        "vtrace+trunc": lambda: _launch.vtrace(x(), x(), x(), x(), x(), x(), x(), x(), 0.99, 1.0, 1.0, x(), None),
+        "gae": lambda: _launch.gae(x(), x(), x(), flags(), None, 0.99, 0.95, None, last),
+        "gae+trunc": lambda: _launch.gae(x(), x(), x(), flags(), flags(), 0.99, 0.95, x(), None),
+        "vtrace": lambda: _launch.vtrace(x(), x(), x(), x(), x(), x(), flags(), None, 0.99, 1.0, 1.0, None, last),
+        "vtrace+trunc": lambda: _launch.vtrace(x(), x(), x(), x(), x(), x(), flags(), flags(), 0.99, 1.0, 1.0, x(),
+                                               None),
         "retrace-a4": retrace(4),
         "retrace-a18": retrace(18),
-        "lambda-returns": lambda: _launch.returns(x(), x(), x(), x(), x(), 0.99, 0.95, x()),
-        "discounted-returns": lambda: _launch.returns(x(), x(), None, x(), x(), 0.99, 1.0, x()),
-        "eligibility-traces": lambda: _launch.episodic_scan(x(), x(), x(), None, 0.99 * 0.95, True),
-        "prefix-sum": lambda: _launch.episodic_scan(x(), x(), x(), None, 1.0, False),
+        "lambda-returns": lambda: _launch.returns(x(), x(), x(), flags(), flags(), 0.99, 0.95, x()),
+        "discounted-returns": lambda: _launch.returns(x(), x(), None, flags(), flags(), 0.99, 1.0, x()),
+        "eligibility-traces": lambda: _launch.episodic_scan(x(), x(), flags(), None, 0.99 * 0.95, True),
+        "prefix-sum": lambda: _launch.episodic_scan(x(), x(), flags(), None, 1.0, False),
     }
 
 
-def walk_residency(shapes: tuple[tuple[int, int], ...] = SHAPES) -> list[Residency]:
+def walk_residency(shapes: tuple[tuple[int, int], ...] = SHAPES, layout: str = "float32") -> list[Residency]:
     """Registers and resident programs of every walked-segment launch of the benchmark's calls."""
     rows = []
     for shape in shapes:
-        for estimator, call in walking_calls(*shape).items():
+        if layout == "time-major" and shape[0] == 1:
+            continue  # one row stored [T, 1] is batch-major
+        for estimator, call in walking_calls(*shape, layout).items():
             for launch in record_launches(call):
                 if not launch.meta.get("WALK"):
                     continue
                 programs = launch.grid[0]
                 rows.append(Residency(estimator, shape, launch.kernel.__name__, ptxas_registers(launch),
                                       launch.meta["num_warps"], programs,
-                                      math.ceil(programs / H200_MULTIPROCESSORS)))
+                                      math.ceil(programs / H200_MULTIPROCESSORS), layout))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON list of the rows, for the tests")
-    if parser.parse_args().json:
+    parser.add_argument("--layouts", default="float32",
+                        help=f"comma-separated subset of {','.join(LAYOUTS)} (default float32, as the tests check)")
+    args = parser.parse_args()
+    layouts = args.layouts.split(",")
+    if unknown := set(layouts) - set(LAYOUTS):
+        parser.error(f"unknown layouts {sorted(unknown)}; expected {', '.join(LAYOUTS)}")
+    rows = [row for layout in layouts for row in walk_residency(layout=layout)]
+    if args.json:
         print(json.dumps([{**dataclasses.asdict(row), "registers_needed": row.registers_needed, "fits": row.fits}
-                          for row in walk_residency()]))
+                          for row in rows]))
         return
     print(f"walked segments on an H200 ({H200_MULTIPROCESSORS} multiprocessors), ptxas for sm_90a, "
           f"triton {triton.__version__}")
-    print(f"{'estimator':20s} {'shape':>11s} {'kernel':24s} {'registers':>9s} {'warps':>5s} {'programs':>8s} "
-          f"{'per SM':>6s} {'registers per SM':>16s}  fits")
-    for row in walk_residency():
+    print(f"{'layout':10s} {'estimator':20s} {'shape':>11s} {'kernel':24s} {'registers':>9s} {'warps':>5s} "
+          f"{'programs':>8s} {'per SM':>6s} {'registers per SM':>16s}  fits")
+    for row in rows:
         shape = f"{row.shape[0]}x{row.shape[1]}"
-        print(f"{row.estimator:20s} {shape:>11s} {row.kernel:24s} {row.registers:9d} {row.warps:5d} "
+        print(f"{row.layout:10s} {row.estimator:20s} {shape:>11s} {row.kernel:24s} {row.registers:9d} {row.warps:5d} "
               f"{row.programs:8d} {row.programs_per_multiprocessor:6d} {row.registers_needed:16d}  "
               f"{'yes' if row.fits else 'NO'}")
 
