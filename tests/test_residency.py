@@ -21,29 +21,41 @@ PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "
 
 # (layout, estimator, rows, steps) whose walk takes more registers than its plan's programs per
 # multiprocessor leave, measured with triton 3.6.0's ptxas: their last programs start only as the
-# first ones end. Time-split Retrace programs are not capped; time-major walks take 2 warps a program.
+# first ones end. Time-split Retrace programs are not capped; time-major walks take 2 warps a program;
+# V-trace with truncations and discounted returns at one row take their look-back window of 128.
+# Values: (registers per thread, warps per program, programs that fit, programs the plan puts there).
 OVER_BUDGET = {
-    ("float32", "retrace-a4", 8, 2**21): "244 registers x 4 warps: 2 programs fit per multiprocessor of 4",
-    ("float32", "retrace-a4", 1, 2**24): "234 registers x 4 warps: 2 programs fit of 4",
-    ("float32", "vtrace+trunc", 1, 2**24): "96 registers with the look-back window of 128: 5 programs fit of 6",
-    ("float32", "discounted-returns", 1, 2**24): "88 registers with the look-back window of 128: 5 fit of 6",
-    ("time-major", "gae", 8, 2**21): "144 registers x 2 warps: 7 programs fit of 8",
-    ("time-major", "gae+trunc", 8, 2**21): "188 registers x 2 warps: 5 programs fit of 8",
-    ("time-major", "vtrace", 8, 2**21): "202 registers x 2 warps: 4 programs fit of 6",
-    ("time-major", "vtrace+trunc", 8, 2**21): "244 registers x 2 warps: 4 programs fit of 6",
-    ("time-major", "retrace-a4", 8, 2**21): "255 registers x 2 warps: 4 programs fit of 8",
-    ("time-major", "retrace-a18", 8, 2**21): "255 registers x 2 warps: 4 programs fit of 8",
-    ("bf16", "retrace-a4", 8, 2**21): "168 registers x 4 warps: 3 programs fit of 4",
-    ("bf16", "retrace-a4", 1, 2**24): "148 registers x 4 warps: 3 programs fit of 4",
-    ("bf16", "vtrace+trunc", 1, 2**24): "88 registers with the look-back window of 128: 5 programs fit of 6",
+    ("float32", "retrace-a4", 8, 2**21): (244, 4, 2, 4),
+    ("float32", "retrace-a4", 1, 2**24): (234, 4, 2, 4),
+    ("float32", "vtrace+trunc", 1, 2**24): (96, 4, 5, 6),
+    ("float32", "discounted-returns", 1, 2**24): (88, 4, 5, 6),
+    ("time-major", "gae", 8, 2**21): (144, 2, 7, 8),
+    ("time-major", "gae+trunc", 8, 2**21): (188, 2, 5, 8),
+    ("time-major", "vtrace", 8, 2**21): (202, 2, 4, 6),
+    ("time-major", "vtrace+trunc", 8, 2**21): (244, 2, 4, 6),
+    ("time-major", "retrace-a4", 8, 2**21): (255, 2, 4, 8),
+    ("time-major", "retrace-a18", 8, 2**21): (255, 2, 4, 8),
+    ("bf16", "retrace-a4", 8, 2**21): (168, 4, 3, 4),
+    ("bf16", "retrace-a4", 1, 2**24): (148, 4, 3, 4),
+    ("bf16", "vtrace+trunc", 1, 2**24): (88, 4, 5, 6),
 }
+
+
+def over_budget_mark(case: tuple) -> list:
+    if case not in OVER_BUDGET:
+        return []
+    registers, warps, fit, planned = OVER_BUDGET[case]
+    reason = (f"{registers} registers x {warps} warps: {fit} programs fit per multiprocessor, "
+              f"the plan puts {planned} there")
+    return [pytest.mark.xfail(reason=reason, strict=True)]
+
+
 LAYOUTS = ["float32", "time-major", "bf16"]
 ESTIMATORS = ["gae", "gae+trunc", "vtrace", "vtrace+trunc", "retrace-a4", "retrace-a18", "lambda-returns",
               "discounted-returns", "eligibility-traces", "prefix-sum"]
 CASES = [
     pytest.param(layout, name, rows, steps, id=f"{layout}-{name}-{rows}x{steps}",
-                 marks=[pytest.mark.xfail(reason=OVER_BUDGET[layout, name, rows, steps], strict=True)]
-                 if (layout, name, rows, steps) in OVER_BUDGET else [])
+                 marks=over_budget_mark((layout, name, rows, steps)))
     for layout in LAYOUTS
     # one row stored [T, 1] is batch-major
     for rows, steps in (((8, 2**21),) if layout == "time-major" else ((8, 2**21), (1, 2**24)))
@@ -67,8 +79,9 @@ def residency():
 @pytest.mark.parametrize("layout, name, rows, steps", CASES)
 def test_walked_programs_fit_the_registers(residency, layout, name, rows, steps):
     row = residency[layout, name, rows, steps]
-    # a walk of every estimator at these shapes, of about as many programs as the plan asks
-    assert row["programs_per_multiprocessor"] * 132 >= row["programs"] > (row["programs_per_multiprocessor"] - 1) * 132
+    # every estimator walks at these shapes, with at least the 3 programs per multiprocessor of the
+    # smallest walk plan
+    assert row["programs"] > 2 * 132
     assert row["registers_needed"] <= 65536, (
         f"{row['kernel']}: {row['registers']} registers x {row['warps']} warps x "
         f"{row['programs_per_multiprocessor']} programs per multiprocessor")
