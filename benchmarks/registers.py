@@ -14,7 +14,7 @@ This script plans the calls the benchmark makes at 8x2^21 and 1x2^24 (float32 va
 ``--layouts`` adds the same stored time-major, and bf16 values with uint8 flags) as on an H200 (132 multiprocessors), records each launch instead of running it (shape-only tensors
 on the ``meta`` device), compiles the kernels of walked segments for sm_90a with Triton's own
 specialisation rules (an int of 1 is a constant; pointers, and ints divisible by 16, carry that
-hint) and reads ptxas's register count. Triton's interpreter must be off (``TRITON_INTERPRET``
+hint) under the plan's register cap and reads ptxas's register count and spilled bytes. Triton's interpreter must be off (``TRITON_INTERPRET``
 unset): it compiles nothing.
 """
 
@@ -68,6 +68,9 @@ class Residency:
     programs: int
     programs_per_multiprocessor: int
     layout: str = "float32"
+    # the plan's register cap (None: the compiler's choice) and the bytes per thread ptxas spilled under it
+    register_cap: int | None = None
+    spilled_bytes: int = 0
 
     @property
     def registers_needed(self) -> int:
@@ -134,8 +137,9 @@ def compile_options(launch: Launch) -> tuple[dict, dict, dict, dict]:
     return signature, constants, attributes, options
 
 
-def ptxas_registers(launch: Launch) -> int:
-    """Registers per thread that ptxas gives the launch's kernel for sm_90a."""
+def ptxas_registers(launch: Launch) -> tuple[int, int]:
+    """(registers per thread, bytes spilled per thread: stores) that ptxas gives the launch's kernel
+    for sm_90a (with the plan's register cap, if it has one)."""
     signature, constants, attributes, options = compile_options(launch)
     compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
                               target=GPUTarget("cuda", 90, 32), options=options)
@@ -147,9 +151,10 @@ def ptxas_registers(launch: Launch) -> int:
         result = subprocess.run([ptxas, "--gpu-name", "sm_90a", "-v", ptx, "-o", os.path.join(folder, "kernel.cubin")],
                                 capture_output=True, text=True, check=True)
     found = re.search(r"Used (\d+) registers", result.stderr)
-    if found is None:
+    spilled = re.search(r"(\d+) bytes spill stores", result.stderr)
+    if found is None or spilled is None:
         raise RuntimeError(f"no register count in ptxas's output: {result.stderr[-400:]}")
-    return int(found.group(1))
+    return int(found.group(1)), int(spilled.group(1))
 
 
 LAYOUTS = ("float32", "time-major", "bf16")
@@ -211,9 +216,11 @@ def walk_residency(shapes: tuple[tuple[int, int], ...] = SHAPES, layout: str = "
                 if not launch.meta.get("WALK"):
                     continue
                 programs = launch.grid[0]
-                rows.append(Residency(estimator, shape, launch.kernel.__name__, ptxas_registers(launch),
+                registers, spilled = ptxas_registers(launch)
+                rows.append(Residency(estimator, shape, launch.kernel.__name__, registers,
                                       launch.meta["num_warps"], programs,
-                                      math.ceil(programs / H200_MULTIPROCESSORS), layout))
+                                      math.ceil(programs / H200_MULTIPROCESSORS), layout,
+                                      launch.meta.get("maxnreg"), spilled))
     return rows
 
 
@@ -233,13 +240,14 @@ def main() -> None:
         return
     print(f"walked segments on an H200 ({H200_MULTIPROCESSORS} multiprocessors), ptxas for sm_90a, "
           f"triton {triton.__version__}")
-    print(f"{'layout':10s} {'estimator':20s} {'shape':>11s} {'kernel':24s} {'registers':>9s} {'warps':>5s} "
-          f"{'programs':>8s} {'per SM':>6s} {'registers per SM':>16s}  fits")
+    print(f"{'layout':10s} {'estimator':20s} {'shape':>11s} {'kernel':24s} {'cap':>4s} {'registers':>9s} "
+          f"{'spilled':>7s} {'warps':>5s} {'programs':>8s} {'per SM':>6s} {'registers per SM':>16s}  fits")
     for row in rows:
         shape = f"{row.shape[0]}x{row.shape[1]}"
-        print(f"{row.layout:10s} {row.estimator:20s} {shape:>11s} {row.kernel:24s} {row.registers:9d} {row.warps:5d} "
-              f"{row.programs:8d} {row.programs_per_multiprocessor:6d} {row.registers_needed:16d}  "
-              f"{'yes' if row.fits else 'NO'}")
+        cap = "-" if row.register_cap is None else str(row.register_cap)
+        print(f"{row.layout:10s} {row.estimator:20s} {shape:>11s} {row.kernel:24s} {cap:>4s} {row.registers:9d} "
+              f"{row.spilled_bytes:7d} {row.warps:5d} {row.programs:8d} {row.programs_per_multiprocessor:6d} "
+              f"{row.registers_needed:16d}  {'yes' if row.fits else 'NO'}")
 
 
 if __name__ == "__main__":

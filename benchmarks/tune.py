@@ -98,6 +98,9 @@ def calls(d: dict) -> dict:
         "retrace_time_major": (lambda: rl_triton.compute_retrace(
             d["tm"]["pt"], d["tm"]["pb"], d["tm"]["v"], d["tm"]["nq"], d["tm"]["act"], d["tm"]["r"], d["tm"]["term"],
             d["tm"]["trunc"], 0.99, 0.95, time_dim=0), ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 2),
+        "retrace4_time_major": (lambda: rl_triton.compute_retrace(
+            d["tm"]["pt"], d["tm"]["pb"], d["tm"]["v"], d["tm"]["nq"], d["tm"]["act"], d["tm"]["r"], d["tm"]["term"],
+            d["tm"]["trunc"], 0.99, 0.95, time_dim=0), ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 2),
         "retrace_bf16_u8": (lambda: rl_triton.compute_retrace(
             d["low"]["pt"], d["low"]["pb"], d["low"]["v"], d["low"]["nq"], d["low"]["act"], d["low"]["r"], d["low"]["term"],
             d["low"]["trunc"], 0.99, 0.95), ["pt", "pb", "v", "nq", "act", "r", "term", "trunc"], 1),
@@ -108,6 +111,12 @@ def calls(d: dict) -> dict:
                                                                     bootstrap_values=d["boot"]),
                            ["r", "v", "term", "trunc", "boot"], 1),
         "discounted": (lambda: rl_triton.compute_discounted_returns(d["r"], d["term"]), ["r", "term"], 1),
+        "discounted_trunc": (lambda: rl_triton.compute_discounted_returns(d["r"], d["term"], d["trunc"],
+                                                                          bootstrap_values=d["boot"]),
+                             ["r", "term", "trunc", "boot"], 1),
+        "vtrace_trunc": (lambda: rl_triton.compute_vtrace(d["lt"], d["lb"], d["v"], d["r"], d["term"], d["trunc"],
+                                                          bootstrap_values=d["boot"]),
+                         ["lt", "lb", "v", "r", "term", "trunc", "boot"], 2),
         "eligibility": (lambda: rl_triton.compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95),
                         ["r", "term"], 1),
         "prefix_sum": (lambda: rl_triton.compute_episodic_prefix_sum(d["r"], d["term"]), ["r", "term"], 1),
@@ -204,8 +213,8 @@ def main() -> None:
     rows = []
     for name in args.estimators.split(","):
         for num_rows, seq_len in shapes:
-            num_actions = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace_bf16_u8": 18,
-                           "retrace4_bf16_u8": 4}.get(name, 0)
+            num_actions = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace4_time_major": 4,
+                           "retrace_bf16_u8": 18, "retrace4_bf16_u8": 4}.get(name, 0)
             elements = num_rows * seq_len
             if num_actions and elements * num_actions > 2**28:
                 continue

@@ -280,14 +280,14 @@ def test_time_major_retrace_splits_walk_or_take_one_pass():
         return seen
 
     # [T, N] buffers of few rows split time: two passes where the scan walks segments of 8 chunks or
-    # more (64 x 16384 on the CPU's 4 multiprocessors: 4 row tiles of 16 rows, 8 segments of 32 chunks
-    # of 64 steps each), the one-pass kernel where it would chain one chunk per program (64 x 2048);
-    # of many rows: two passes
+    # more (64 x 16384 on the CPU's 4 multiprocessors: 4 row tiles of 16 rows in tiles of 4 warps, 4
+    # programs per multiprocessor, so 4 segments of 64 chunks of 64 steps each), the one-pass kernel
+    # where it would chain one chunk per program (64 x 1024: segments of 4 chunks); of many rows: two passes
     assert kernels(64, 16384) == ["retrace_actions_kernel", "retrace_scan_kernel"]
-    assert kernels(64, 2048) == ["retrace_kernel"]
+    assert kernels(64, 1024) == ["retrace_kernel"]
     assert kernels(4096, 128) == ["retrace_actions_kernel", "retrace_scan_kernel"]
     assert kernels(4096, 128, retrace_kernels="fused") == ["retrace_scan_kernel"]
-    assert kernels(64, 2048, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
+    assert kernels(64, 1024, retrace_kernels="two-pass") == ["retrace_actions_kernel", "retrace_scan_kernel"]
 
 
 def test_retrace_two_pass_plans():

@@ -156,13 +156,15 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
     cpu = torch.device("cpu")
 
-    def plan(rows, seq_len, walk, heavy=False):
-        return _launch.plan_tiles(rows, seq_len, False, cpu, heavy=heavy, element_bytes=4, walk_split=walk)
+    def plan(rows, seq_len, walk, heavy=False, **options):
+        return _launch.plan_tiles(rows, seq_len, False, cpu, heavy=heavy, element_bytes=4, walk_split=walk,
+                                  **options)
 
     one_row = plan(1, 1 << 24, _launch._GAE_WALK)
     assert one_row.walk and one_row.block_time == 512 and one_row.num_warps == 4 and one_row.vec == 4
     assert one_row.segment_chunks == 32 and one_row.grid == (1024,) and one_row.prefetch
-    assert one_row.max_registers is None
+    # every program of a walk resident at once: 8 programs of 4 warps share 65536 registers
+    assert one_row.max_registers == 64
     eight_rows = plan(8, 1 << 21, _launch._EPISODIC_WALK)
     assert eight_rows.walk and eight_rows.block_time == 512 and eight_rows.segment_chunks == 32
     assert eight_rows.grid == (8 * 128,)  # 8 x 132 programs asked, 4096 chunks per row in segments of 32
@@ -180,6 +182,7 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     assert time_major.walk and time_major.block_time == 64
     vtrace = plan(2, 1 << 23, _launch._VTRACE_WALK, heavy=True)
     assert vtrace.walk and vtrace.grid[0] <= 6 * 132 and vtrace.segment_chunks == 42
+    assert vtrace.num_warps == 4 and vtrace.max_registers == 80  # 65536 / (6 x 128) = 85, in units of 8
     # 64 x 16384: 4 chunks per segment, so one chunk per program (2048 steps, capped registers)
     short = plan(64, 16384, _launch._GAE_WALK)
     assert short.split and not short.walk and short.block_time == 2048 and short.max_registers == 64
@@ -187,6 +190,14 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     # time-major [T, N] buffers of few rows walk tiles of 16 rows x 64 steps (8 rows: 8 x 64)
     time_major = _launch.plan_tiles(8, 1 << 21, True, cpu, heavy=False, walk_split=_launch._GAE_WALK)
     assert time_major.walk and (time_major.block_rows, time_major.block_time) == (8, 64)
+    assert time_major.num_warps == 2 and time_major.max_registers == 128
+    # three programs of 4 warps may take 168 registers; no cap at all where one program may take 255
+    assert eight_rows.num_warps == 4 and eight_rows.max_registers == 168
+    with _launch.tile_override(walk_programs=1):
+        assert plan(1, 1 << 24, _launch._GAE_WALK).max_registers is None
+    with _launch.tile_override(max_registers=0):
+        assert plan(1, 1 << 24, _launch._GAE_WALK).max_registers is None
+    assert plan(1, 1 << 24, _launch._GAE_WALK, walk_register_cap=False).max_registers is None
     # kernels that cannot walk, and overrides
     assert not plan(1, 1 << 24, None).walk
     with _launch.tile_override(walk_programs=0):

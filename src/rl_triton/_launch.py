@@ -119,6 +119,17 @@ _TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP = 1024
 # 32 x 32, 32 x 64 and 16 x 64 with 2 warps were each better for some kernel and shape, none for all.
 _TIME_MAJOR_WALK_TILE = (16, 64)
 _TIME_MAJOR_WALK_ELEMENTS_PER_WARP = 256
+# A time-major walk keeps the warps per multiprocessor of the kernel's walk plan with 2-warp tiles
+# (8 rows x 64 steps): tiles of more warps take fewer programs, so the register budget of a thread
+# (walks are capped at it, see _walk_register_budget) does not shrink with the tile.
+_TIME_MAJOR_WALK_PLAN_WARPS = 2
+# GAE with truncations and lambda-returns walk time-major tiles of 32 steps, 16 warps per
+# multiprocessor (8 rows: 16 programs of one warp). Measured on an H200, 8x2^21 stored [T, N], % of the
+# copy bandwidth, 8 x 64 tiles of 2 warps -> 8 x 32 of 1 warp, 16 programs
+# (benchmarks/results/h200-2026-12-01-run16-walk-caps-ab2.txt): GAE with truncations 49.0 -> 64.3,
+# lambda-returns 59.3 -> 66.9; GAE without them 44.8 -> 44.0, V-trace 55.4 -> 43.3, discounted returns
+# 45.9 -> 40.3, eligibility traces 52.2 -> 52.4 keep 64 steps.
+_TIME_MAJOR_SHORT_WALK = (32, 16)
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
 _VECTOR_BYTES = 16
@@ -181,6 +192,21 @@ _RETRACE_LARGE_GROUP = 32
 _RETRACE_MAX_REGISTERS = 128
 _FEW_CHAINS_LOOKBACK_WINDOW = 128
 _FEW_CHAINS = 4
+# Walked segments are sized so that every program is resident at once, so each walk's registers are
+# capped at its share of the multiprocessor's register file (65536 per multiprocessor since sm_70;
+# ptxas allocates them in units of 8 per thread). Where a kernel takes more, the programs past the
+# register file start only when others end, and their segments, and every segment after them, finish
+# a whole walk later. Measured on an H200 (benchmarks/results/h200-2026-12-01-run16-walk-caps.txt), % of
+# the copy bandwidth, compiler's choice -> capped, two runs: 1x2^24 discounted returns with truncations (88
+# registers, 6 programs of 4 warps) 61.5 / 64.4 -> 77.0 / 78.5, V-trace with truncations (96) 71.2 /
+# 71.9 -> 83.7 / 85.5; stored [T, N] at 8x2^21 (2 warps), GAE (144, 8 programs) 32.6 -> 44.0, with
+# truncations (188) 26.5 -> 49.8, V-trace (202, 6 programs) 40.7 -> 54.9 (at 128 instead of 168: 31.5);
+# bf16 Retrace with 4 actions (168, 4 programs of 4 warps) 31.8 -> 51.0. Float32 Retrace with 4
+# actions (~240 registers) spills at 128 (78 -> 57) and takes fewer programs instead
+# (_RETRACE_FUSED_WALK_FLOAT32).
+_REGISTERS_PER_MULTIPROCESSOR = 65536
+_REGISTER_ALLOCATION_UNIT = 8
+_MAX_REGISTERS_PER_THREAD = 255
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +328,8 @@ def plan_tiles(
     packed_tile_elements: int = _MIN_TILE_ELEMENTS,
     narrow_steps_per_warp: tuple[int, int] | None = None,
     long_walk_split: tuple[int, int] | None = None,
+    walk_register_cap: bool = True,
+    time_major_walk: tuple[int, int] | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -325,11 +353,15 @@ def plan_tiles(
     steps per warp of batch-major tiles of 2-byte inputs (None: two 16-byte vectors per thread for a
     single chunk, as float32 tiles otherwise). ``long_walk_split``: (chunk steps, programs per
     multiprocessor) of batch-major walked segments, taken instead of ``walk_split`` where it still gives
-    segments of at least 8 chunks.
+    segments of at least 8 chunks. Walked segments take at most the registers that let every program of
+    the walk be resident at once, unless ``walk_register_cap`` is False. ``time_major_walk``: (chunk
+    steps, warps per multiprocessor) of time-major walked segments (None: 64 steps, as many warps as
+    ``walk_split``'s programs of 2 warps).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
-            time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split)
+            time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split, walk_register_cap,
+            time_major_walk)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -343,12 +375,13 @@ def _default_plan(
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
-    long_walk_split: tuple[int, int] | None,
+    long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
                  max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
-                 time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split)
+                 time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split,
+                 walk_register_cap, time_major_walk)
 
 
 def _time_major_tile(
@@ -373,7 +406,7 @@ def _plan(
     split_block_time: int | None, split_max_registers: int | None, one_row_tile_split: int | None,
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
-    long_walk_split: tuple[int, int] | None,
+    long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     walk_block_time, walk_programs = walk_split or (0, 0)
@@ -406,8 +439,14 @@ def _plan(
     if split and walk_split is not None and walk_programs:
         # walked segments, if the rows are long enough for segments of several chunks
         walk_rows, walk_steps = _TIME_MAJOR_WALK_TILE if time_major else (block_rows, walk_block_time)
+        walk_warps_per_multiprocessor = walk_programs * _TIME_MAJOR_WALK_PLAN_WARPS
+        if time_major and time_major_walk is not None:
+            walk_steps, walk_warps_per_multiprocessor = time_major_walk
         walk_rows = _override.block_rows or min(rows_pow2, walk_rows)
         walk_steps = _override.block_time or min(time_pow2, walk_steps)
+        if time_major and _override.walk_programs is None:
+            tile_warps = max(1, walk_rows * walk_steps // _TIME_MAJOR_WALK_ELEMENTS_PER_WARP)
+            walk_programs = max(1, walk_warps_per_multiprocessor // tile_warps)
         segments = max(1, walk_programs * _multiprocessors(device) // triton.cdiv(num_rows, walk_rows))
         segment_chunks = triton.cdiv(triton.cdiv(seq_len, walk_steps), segments)
         if segment_chunks < _WALK_MIN_SEGMENT_CHUNKS and _override.walk_programs is None:
@@ -473,9 +512,21 @@ def _plan(
         while vec > 1 and (block_time < vec or block_rows * block_time < 32 * num_warps * vec):
             vec //= 2
     vec = _override.vec or vec
-    max_registers = _register_cap(split_max_registers if split and not time_major and segment_chunks == 1 else None)
+    if split and segment_chunks > 1:
+        default_cap = _walk_register_budget(walk_programs, num_warps) if walk_register_cap else None
+    else:
+        default_cap = split_max_registers if split and not time_major else None
+    max_registers = _register_cap(default_cap)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
                     max_registers, True, segment_chunks)
+
+
+def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
+    """Registers per thread that let ``programs_per_multiprocessor`` programs share a multiprocessor
+    (None: more than a thread can take)."""
+    threads = programs_per_multiprocessor * num_warps * 32
+    budget = _REGISTERS_PER_MULTIPROCESSOR // threads // _REGISTER_ALLOCATION_UNIT * _REGISTER_ALLOCATION_UNIT
+    return budget if budget < _MAX_REGISTERS_PER_THREAD else None
 
 
 def _register_cap(default: int | None) -> int | None:
@@ -702,7 +753,8 @@ def gae(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
                       max_warps=16 if heavier else 8, walk_split=_GAE_WALK, packed_tile_elements=PACKED_TILE_ELEMENTS,
-                      time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS)
+                      time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
+                      time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -874,6 +926,11 @@ _RETRACE_FUSED_MAX_STEPS = 1024
 # Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor; the
 # default for time splits of up to 4 actions (more actions: two passes, whose scan walks)
 _RETRACE_FUSED_WALK = (512, 4)
+# Float32 values take ~240 registers there, which 2 programs per multiprocessor fit uncapped (measured
+# on an H200, 4 actions, % of the copy ceiling, 4 -> 2 programs: 8x2^21 78.0 / 79.1 -> 80.2 / 81.3 in
+# two runs, 1x2^24 77.3 -> 79.8; -run16-walk-caps.txt). Rows that walk with 4 programs walk with 2 as
+# well, so which rows walk does not change.
+_RETRACE_FUSED_WALK_FLOAT32 = (512, 2)
 _RETRACE_FUSED_WALK_MAX_ACTIONS = 4
 # rows too short for segments of 8 such chunks walk 256-step chunks (of 2 warps) instead, if that makes
 # segments of 8 (64x16384 and 8x131072)
@@ -923,7 +980,9 @@ def _retrace_kernels(
 
         plan = fused_plan(_RETRACE_FUSED_WALK)
         few_actions = num_actions <= _RETRACE_FUSED_WALK_MAX_ACTIONS and kernels is None
-        if few_actions and plan.split and not plan.walk:
+        if plan.walk and few_actions and element_bytes == 4 and _override.walk_programs is None:
+            plan = fused_plan(_RETRACE_FUSED_WALK_FLOAT32)
+        elif few_actions and plan.split and not plan.walk:
             # Splits too short to walk 512-step chunks. Measured on an H200, 4 actions, % of the copy ceiling
             # at 64x16384 / 8x131072 (-run13-retrace-short-walks.txt): two passes of one chunk per program
             # 46.4 / 42.9, the fused kernel of one chunk per program 47.9 / 46.2, fused walks of 256-step
@@ -957,10 +1016,13 @@ def _retrace_kernels(
     # about 8 programs per multiprocessor; the whole call, % of the copy ceiling, 8x2^21 / 1x2^24, one
     # chunk per program -> walked (-run12-retrace-walks.txt): 4 actions 58.6 / 53.0 -> 67.0 / 66.1 (the
     # fused kernel's walks now take these), 18 actions 71.1 / 67.2 -> 72.7 / 72.8.
+    # Its walks keep the compiler's registers: stored [T, N] they take 255, and capped at the 128 of 8
+    # programs of 2 warps they spill (measured on an H200, % of the copy ceiling, uncapped -> capped:
+    # 8x2^20 18 actions 53.3 -> 49.1, 4 actions 45.7 -> 35.9; -run16-time-major-walks.txt)
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
                       split_block_time=_SPLIT_BLOCK_TIME, walk_split=_RETRACE_SCAN_WALK,
-                      time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
+                      time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS, walk_register_cap=False)
     if kernels is None and plan.split and time_major and not plan.walk:
         # a time-major split that does not walk would chain hundreds of small chunks in one look-back,
         # where the one-pass kernel is faster (measured on an H200, 4 actions, 64x16384 stored [T, N]:
@@ -1071,7 +1133,8 @@ def returns(
                       split_max_registers=None if discounted else _SPLIT_MAX_REGISTERS,
                       walk_split=_DISCOUNTED_WALK if discounted else _LAMBDA_WALK,
                       long_walk_split=None if discounted else _LAMBDA_LONG_WALK,
-                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS)
+                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
+                      time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
