@@ -124,14 +124,12 @@ _TIME_MAJOR_WALK_ELEMENTS_PER_WARP = 256
 # (walks are capped at it, see _walk_register_budget) does not shrink with the tile.
 _TIME_MAJOR_WALK_PLAN_WARPS = 2
 # GAE with truncations and lambda-returns walk time-major tiles of 32 steps, 16 warps per
-# multiprocessor (8 rows: 16 programs of one warp), V-trace 32 steps with 12 warps. Measured on an
-# H200, 8x2^21 stored [T, N], % of the copy bandwidth, 8 x 64 tiles of 2 warps -> 8 x 32 of 1 warp
-# (benchmarks/results/h200-2026-12-01-run16-walk-caps-ab2.txt, -run16-walk-sweep.txt): GAE with
-# truncations 49.0 -> 64.3 (16 programs), lambda-returns 59.3 -> 66.9 (16), V-trace 56.3 -> 61.8 (12;
-# 43.3 with 16); GAE without them 44.8 -> 44.0, discounted returns 45.9 -> 40.3 and eligibility traces
-# 52.2 -> 52.4 (16 programs) keep 64 steps.
+# multiprocessor (8 rows: 16 programs of one warp). Measured on an H200, 8x2^21 stored [T, N], % of the
+# copy bandwidth, 8 x 64 tiles of 2 warps -> 8 x 32 of 1 warp, 16 programs
+# (benchmarks/results/h200-2026-12-01-run16-walk-caps-ab2.txt): GAE with truncations 49.0 -> 64.3,
+# lambda-returns 59.3 -> 66.9; GAE without them 44.8 -> 44.0, V-trace 55.4 -> 43.3, discounted returns
+# 45.9 -> 40.3, eligibility traces 52.2 -> 52.4 keep 64 steps.
 _TIME_MAJOR_SHORT_WALK = (32, 16)
-_VTRACE_TIME_MAJOR_WALK = (32, 12)
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
 _VECTOR_BYTES = 16
@@ -799,7 +797,7 @@ def vtrace(
                       one_row_tile_split=_SPLIT_BLOCK_TIME if element_bytes == 4 else None,
                       walk_split=_VTRACE_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
-                      narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP, time_major_walk=_VTRACE_TIME_MAJOR_WALK)
+                      narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
