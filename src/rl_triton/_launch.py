@@ -128,7 +128,8 @@ _TIME_MAJOR_WALK_PLAN_WARPS = 2
 # copy bandwidth, 8 x 64 tiles of 2 warps -> 8 x 32 of 1 warp, 16 programs
 # (benchmarks/results/h200-2026-12-01-run16-walk-caps-ab2.txt): GAE with truncations 49.0 -> 64.3,
 # lambda-returns 59.3 -> 66.9; GAE without them 44.8 -> 44.0, V-trace 55.4 -> 43.3, discounted returns
-# 45.9 -> 40.3, eligibility traces 52.2 -> 52.4 keep 64 steps.
+# 45.9 -> 40.3, eligibility traces 52.2 -> 52.4 keep 64 steps. V-trace with 32 steps and 12 warps read
+# 55.9 -> 60.9 at 8x2^21 but 56.5 -> 52.9 at 64x2^18 (-run16-walk-sweep.txt, -run16-time-major-vtrace.txt).
 _TIME_MAJOR_SHORT_WALK = (32, 16)
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
