@@ -216,7 +216,7 @@ def main() -> None:
             num_actions = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace4_time_major": 4,
                            "retrace_bf16_u8": 18, "retrace4_bf16_u8": 4}.get(name, 0)
             elements = num_rows * seq_len
-            if num_actions and elements * num_actions > 2**28:
+            if num_actions and elements * num_actions > 2**29:
                 continue
             n_sets = max(1, min(4, (256 << 20) // (elements * 4 * 6)))
             data = [rollout(num_rows, seq_len, num_actions, seed) for seed in range(n_sets)]
