@@ -198,9 +198,9 @@ _FEW_CHAINS = 4
 # ptxas allocates them in units of 8 per thread). Where a kernel takes more, the programs past the
 # register file start only when others end, and their segments, and every segment after them, finish
 # a whole walk later. Measured on an H200 (benchmarks/results/h200-2026-12-01-run16-walk-caps.txt), % of
-# the copy bandwidth, compiler's choice -> capped, two runs: 1x2^24 discounted returns with truncations (88
-# registers, 6 programs of 4 warps) 61.5 / 64.4 -> 77.0 / 78.5, V-trace with truncations (96) 71.2 /
-# 71.9 -> 83.7 / 85.5; stored [T, N] at 8x2^21 (2 warps), GAE (144, 8 programs) 32.6 -> 44.0, with
+# the copy bandwidth, compiler's choice -> capped: 1x2^24 discounted returns with truncations (88
+# registers, 6 programs of 4 warps) 61.5 / 64.4 -> 77.0 / 78.5 in two runs, V-trace with truncations (96)
+# 71.2 / 71.9 -> 83.7 / 85.5; stored [T, N] at 8x2^21 (2 warps), GAE (144, 8 programs) 32.6 -> 44.0, with
 # truncations (188) 26.5 -> 49.8, V-trace (202, 6 programs) 40.7 -> 54.9 (at 128 instead of 168: 31.5);
 # bf16 Retrace with 4 actions (168, 4 programs of 4 warps) 31.8 -> 51.0. Float32 Retrace with 4
 # actions (~240 registers) spills at 128 (78 -> 57) and takes fewer programs instead
