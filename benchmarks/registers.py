@@ -11,8 +11,9 @@ their segments, and every segment after them, finish a whole walk later (GAE at 
 benchmarks/NOTES.md, "Fifteenth round").
 
 This script plans the calls the benchmark makes at 8x2^21 and 1x2^24 (float32 values and flags;
-``--layouts`` adds the same stored time-major, and bf16 values with uint8 flags) as on an H200 (132 multiprocessors), records each launch instead of running it (shape-only tensors
-on the ``meta`` device), compiles the kernels of walked segments for sm_90a with Triton's own
+``--layouts`` adds bf16 values with uint8 flags, and float32 stored time-major at 8x2^21 and
+64x2^18) as on an H200 (132 multiprocessors), records each launch instead of running it (shape-only
+tensors on the ``meta`` device), compiles the kernels of walked segments for sm_90a with Triton's own
 specialisation rules (an int of 1 is a constant; pointers, and ints divisible by 16, carry that
 hint) under the plan's register cap and reads ptxas's register count and spilled bytes. Triton's interpreter must be off (``TRITON_INTERPRET``
 unset): it compiles nothing.
@@ -43,6 +44,8 @@ REGISTERS_PER_MULTIPROCESSOR = 65536
 # ptxas allocates registers per warp in units of 256: 8 per thread
 REGISTER_ALLOCATION_UNIT = 8
 SHAPES = ((8, 2**21), (1, 2**24))
+# stored [T, N]: one row is batch-major; 64 rows walk tiles of 16 rows (4 warps), 8 rows tiles of 2 warps
+TIME_MAJOR_SHAPES = ((8, 2**21), (64, 2**18))
 
 _POINTER_TYPES = {
     torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16", torch.bfloat16: "*bf16",
@@ -205,8 +208,11 @@ def walking_calls(num_rows: int, seq_len: int, layout: str = "float32") -> dict[
     }
 
 
-def walk_residency(shapes: tuple[tuple[int, int], ...] = SHAPES, layout: str = "float32") -> list[Residency]:
-    """Registers and resident programs of every walked-segment launch of the benchmark's calls."""
+def walk_residency(shapes: tuple[tuple[int, int], ...] | None = None, layout: str = "float32") -> list[Residency]:
+    """Registers and resident programs of every walked-segment launch of the benchmark's calls (by
+    default at ``SHAPES``, or ``TIME_MAJOR_SHAPES`` for the time-major layout)."""
+    if shapes is None:
+        shapes = TIME_MAJOR_SHAPES if layout == "time-major" else SHAPES
     rows = []
     for shape in shapes:
         if layout == "time-major" and shape[0] == 1:
