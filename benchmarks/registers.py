@@ -114,6 +114,9 @@ def compile_options(launch: Launch) -> tuple[dict, dict, dict, dict]:
             signature[name] = "constexpr"
             if name in launch.meta:
                 constants[name] = launch.meta[name]
+            elif param.has_default:
+                # as a launch does: a constexpr not given takes its default
+                constants[name] = param.default
             continue
         value = launch.args[index] if index < len(launch.args) else launch.meta[name]
         if value is None:

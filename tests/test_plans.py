@@ -51,9 +51,7 @@ def test_time_major_tiles_follow_the_number_of_programs():
 
 def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
     def tile(launcher, *inputs):
-        seen = {}
-        monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
-        launcher(*inputs)
+        seen = recorded_meta(monkeypatch, launcher, *inputs)
         assert not seen["SPLIT"] and seen.get("VEC", 1) == 1
         return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]
 

@@ -152,9 +152,10 @@ _SPLIT_MAX_WARPS = 8
 # segment's first chunks with it until the carry out matches (after a reset, or once the decay has
 # rounded it away). The segments are sized so that every program is resident at once (so no program
 # waits on one that has not started); kernels give (chunk steps, programs per multiprocessor), and
-# the walk's registers are capped at that many programs' share (_walk_register_budget). Rows too short for segments of 8 chunks keep one chunk per
-# program: at 64x16384 and 8x131072 (4 chunks per segment) walking was slower on an H200 (GAE
-# 24.2% against 27.1% of the copy bandwidth, V-trace 23.7% against 36.7%).
+# the walk's registers are capped at that many programs' share (_walk_register_budget). Rows too
+# short for segments of 8 chunks keep one chunk per program: at 64x16384 and 8x131072 (4 chunks per
+# segment) walking was slower on an H200 (GAE 24.2% against 27.1% of the copy bandwidth, V-trace
+# 23.7% against 36.7%).
 _WALK_MIN_SEGMENT_CHUNKS = 8
 _WALK_WARPS = 4
 # Measured on an H200 with grouped tiles, % of the copy bandwidth at 8x2^21 / 1x2^24
