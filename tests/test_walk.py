@@ -211,3 +211,28 @@ def test_retrace_walks_any_number_of_actions(name, num_actions, make_rollout):
     ro = make_rollout(2, 300, num_actions=num_actions)
     out, expected = run(name, ro)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+
+
+# the field a NaN is put in, per estimator, and whether its recurrence runs backward in time
+NAN_INPUT = {"gae": ("rewards", True), "vtrace": ("rewards", True), "lambda": ("rewards", True),
+             "discounted": ("rewards", True), "traces": ("gradients", False), "prefix_sum": ("inputs", False)}
+
+
+@pytest.mark.parametrize("tile", [WALK, {**WALK, "walk_programs": 0}], ids=["walk", "chunk-per-program"])
+@pytest.mark.parametrize("name", list(NAN_INPUT))
+def test_a_nan_reaches_past_constant_segments(name, tile, make_rollout):
+    # With episode ends in every segment, a segment's map ignores its carry, and the look-back stops at
+    # the nearest one, unless something before it is NaN or infinite: a plain loop carries a NaN
+    # across episode ends (0 * NaN), and so must the split. The NaN sits in the second of four
+    # segments of row 1 in processing order, so it must reach through the third one into the fourth.
+    ro = make_rollout(2, 300)
+    field, backward = NAN_INPUT[name]
+    step = 200 if backward else 100
+    getattr(ro, field)[1, step] = float("nan")
+    out, expected = run(name, ro, tile=tile)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    out = out if isinstance(out, tuple) else (out,)
+    reached = expected[0][1, :step] if backward else expected[0][1, step + 1:]
+    assert reached.isnan().all() and torch.isfinite(expected[0][0]).all()
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-4, equal_nan=True)

@@ -559,9 +559,12 @@ def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device
         dummy = _placeholder(device)
         return dummy, dummy, dummy, dummy
     slots = plan.num_row_tiles * plan.num_segments
-    flags = torch.zeros(slots + 1, dtype=torch.int32, device=device)
+    # before the status words: one counter per block of `window` chunks of each row tile (`chunk_carry`)
+    counters = plan.num_row_tiles * triton.cdiv(plan.num_segments, plan.window)
+    flags = torch.zeros(counters + slots + 1, dtype=torch.int32, device=device)
     values = torch.empty(3 * slots * plan.block_rows, dtype=dtype, device=device)
-    return flags[:slots], values[: 2 * slots * plan.block_rows], values[2 * slots * plan.block_rows :], flags[slots:]
+    return (flags[counters : counters + slots], values[: 2 * slots * plan.block_rows],
+            values[2 * slots * plan.block_rows :], flags[counters + slots :])
 
 
 def _float_arg(value: float) -> object:

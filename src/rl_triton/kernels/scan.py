@@ -18,7 +18,9 @@ When rows are too few to fill the GPU, time is split too: each program takes one
 (claimed in order from an atomic ticket counter, so every chunk it waits on belongs to a
 program that has already started), publishes the chunk's aggregate map ``x_in -> x_out``,
 looks back over its predecessors' aggregates and inclusive prefixes (a window at a time) for
-its carry, publishes its own inclusive prefix and finishes. One pass over the data.
+its carry, publishes its own inclusive prefix and finishes. One pass over the data. A chunk in which
+an episode ends has a map that ignores its carry, so it publishes its prefix at once and the look-back
+of the chunks after it stops there, once every chunk before them has published (``chunk_carry``).
 
 Kernels that can walk (GAE, V-trace, returns, episodic scans) split long rows into segments of
 several chunks instead, about one per resident program: a program walks its segment from a zero
@@ -40,6 +42,12 @@ import triton.language as tl
 # status of a published chunk in the look-back workspace
 _AGGREGATE_READY = tl.constexpr(1)
 _PREFIX_READY = tl.constexpr(2)
+# an aggregate with a map that ignores the carry (b == 0 in every row), its value also stored as a prefix
+_CONSTANT_READY = tl.constexpr(3)
+# added to a status word: the published map or prefix holds a NaN or inf
+_NONFINITE = tl.constexpr(4)
+# added to a block's counter per chunk that published something non-finite (the low part counts chunks)
+_NONFINITE_COUNT = tl.constexpr(65536)
 
 
 @triton.jit
@@ -388,57 +396,111 @@ def chunk_carry(
 
     ``aggregate_a + aggregate_b * x`` maps the carry into this chunk to the carry out of it;
     ``boundary`` is the carry into chunk 0. Publishes the aggregate, then the inclusive prefix.
+
+    A chunk whose map is constant (``aggregate_b`` zero in every row: an episode ends in it, or the
+    decay underflowed) and finite publishes ``aggregate_a`` as its inclusive prefix at once, since
+    the carry into it cannot change its carry out. Such a chunk ends the look-back of the chunks
+    after it, but only once every chunk before them has published (a NaN or inf before a constant
+    chunk still reaches past it, as in a plain loop). Whether they have is read from one counter per
+    block of WINDOW chunks (``status_ptr - 1 - (row_tile * blocks + block)``), which every chunk
+    bumps after publishing: one poll, however far back the last chunk to publish is.
     """
     lanes = tl.arange(0, BLOCK_ROWS)
     slot = row_tile * num_chunks + order
+    num_blocks = (num_chunks + WINDOW - 1) // WINDOW
+    block_counters = status_ptr - 1 - row_tile * num_blocks
+    # a constant chunk with nothing non-finite before it keeps the prefix it published first
+    prefix_published = order < 0
     if order == 0:
         carry = boundary
     else:
+        nonfinite = _any_nonfinite(aggregate_a) | _any_nonfinite(aggregate_b)
+        constant = (tl.max((aggregate_b != 0).to(tl.int32), axis=0) == 0) & ~nonfinite
         tl.store(aggregate_ptr + (2 * slot) * BLOCK_ROWS + lanes, aggregate_a)
         tl.store(aggregate_ptr + (2 * slot + 1) * BLOCK_ROWS + lanes, aggregate_b)
+        if constant:
+            tl.store(prefix_ptr + slot * BLOCK_ROWS + lanes, aggregate_a)
         tl.debug_barrier()
-        tl.atomic_xchg(status_ptr + slot, _AGGREGATE_READY, sem="release")
+        published = tl.where(constant, _CONSTANT_READY, _AGGREGATE_READY) | tl.where(nonfinite, _NONFINITE, 0)
+        tl.atomic_xchg(status_ptr + slot, published, sem="release")
+        tl.atomic_add(block_counters - order // WINDOW, 1 + tl.where(nonfinite, _NONFINITE_COUNT, 0), sem="release")
+
+        # wait until every chunk before this one has published: the counters of the blocks before its
+        # own, then the status words of its own block
+        window = tl.arange(0, WINDOW)
+        my_block = order // WINDOW
+        own = my_block * WINDOW + window  # [WINDOW], ascending
+        own_valid = own < order
+        complete_blocks = order * 0
+        nonfinite_before = order * 0
+        waiting = order > 0
+        while waiting:
+            block = complete_blocks + window
+            block_valid = block < my_block
+            count = tl.atomic_add(block_counters - block, 0, mask=block_valid, sem="acquire")
+            full = block_valid & ((count % _NONFINITE_COUNT) == WINDOW)
+            first_partial = tl.min(tl.where(block_valid & ~full, block, my_block), axis=0)
+            counted = block_valid & (block < first_partial)
+            nonfinite_before += tl.sum(tl.where(counted, count // _NONFINITE_COUNT, 0), axis=0)
+            complete_blocks = first_partial
+            status = tl.atomic_add(status_ptr + row_tile * num_chunks + own, 0, mask=own_valid, sem="acquire")
+            status = tl.where(own_valid, status, _PREFIX_READY)
+            own_ready = tl.min(status % _NONFINITE, axis=0) >= _AGGREGATE_READY
+            waiting = (complete_blocks < my_block) | ~own_ready
+            if not waiting:
+                nonfinite_before += tl.sum(tl.where(own_valid & (status >= _NONFINITE), 1, 0), axis=0)
+        # with nothing non-finite before it, a constant chunk's prefix is exact too; otherwise only the
+        # prefixes of chunks that looked back are
+        constants_anchor = nonfinite_before == 0
 
         # map from the carry into the window just looked at to the carry into this chunk
         done_a = tl.zeros_like(aggregate_a)
         done_b = tl.full(aggregate_b.shape, 1, aggregate_b.dtype)
         carry = boundary
-        window = tl.arange(0, WINDOW)
         upper = order
         while upper > 0:
             position = upper - WINDOW + window  # [WINDOW], ascending
             valid = position >= 0
             status = tl.atomic_add(status_ptr + row_tile * num_chunks + position, 0, mask=valid, sem="acquire")
-            status = tl.where(valid, status, 0)
-            nearest_prefix = tl.max(tl.where(status == _PREFIX_READY, position, -1), axis=0)
+            kind = tl.where(valid, status % _NONFINITE, 0)
+            is_anchor = (kind == _PREFIX_READY) | (constants_anchor & (kind == _CONSTANT_READY))
+            nearest_prefix = tl.max(tl.where(is_anchor, position, -1), axis=0)
             between = valid & (position > nearest_prefix)
-            ready = tl.min(tl.where(between, status, _PREFIX_READY), axis=0) >= _AGGREGATE_READY
-            # position 0 only ever publishes a prefix, so an empty window edge means "wait"
-            ready = ready & ((nearest_prefix >= 0) | (upper > WINDOW))
-            if ready:
-                pair = (row_tile * num_chunks + position)[:, None] * 2
-                pair_mask = between[:, None] & (lanes[None, :] < BLOCK_ROWS)
-                step_a = tl.load(aggregate_ptr + pair * BLOCK_ROWS + lanes[None, :], mask=pair_mask, other=0.0,
-                                 volatile=True)
-                step_b = tl.load(aggregate_ptr + (pair + 1) * BLOCK_ROWS + lanes[None, :], mask=pair_mask,
-                                 other=1.0, volatile=True)
-                window_a, window_b = tl.associative_scan((step_a, step_b), 0, combine)
-                last = (window == WINDOW - 1)[:, None]
-                window_a = tl.sum(tl.where(last, window_a, tl.zeros_like(window_a)), axis=0)
-                window_b = tl.sum(tl.where(last, window_b, tl.zeros_like(window_b)), axis=0)
-                done_a, done_b = window_a * done_b + done_a, window_b * done_b
-                if nearest_prefix >= 0:
-                    prefix_slot = row_tile * num_chunks + nearest_prefix
-                    prefix = tl.load(prefix_ptr + prefix_slot * BLOCK_ROWS + lanes, volatile=True)
-                    carry = done_a + done_b * prefix
-                    upper = 0
-                else:
-                    upper = upper - WINDOW
+            pair = (row_tile * num_chunks + position)[:, None] * 2
+            pair_mask = between[:, None] & (lanes[None, :] < BLOCK_ROWS)
+            step_a = tl.load(aggregate_ptr + pair * BLOCK_ROWS + lanes[None, :], mask=pair_mask, other=0.0,
+                             volatile=True)
+            step_b = tl.load(aggregate_ptr + (pair + 1) * BLOCK_ROWS + lanes[None, :], mask=pair_mask,
+                             other=1.0, volatile=True)
+            window_a, window_b = tl.associative_scan((step_a, step_b), 0, combine)
+            last = (window == WINDOW - 1)[:, None]
+            window_a = tl.sum(tl.where(last, window_a, tl.zeros_like(window_a)), axis=0)
+            window_b = tl.sum(tl.where(last, window_b, tl.zeros_like(window_b)), axis=0)
+            done_a, done_b = window_a * done_b + done_a, window_b * done_b
+            if nearest_prefix >= 0:
+                prefix_slot = row_tile * num_chunks + nearest_prefix
+                prefix = tl.load(prefix_ptr + prefix_slot * BLOCK_ROWS + lanes, volatile=True)
+                carry = done_a + done_b * prefix
+                upper = 0
+            else:
+                upper = upper - WINDOW
 
-    tl.store(prefix_ptr + slot * BLOCK_ROWS + lanes, aggregate_a + aggregate_b * carry)
-    tl.debug_barrier()
-    tl.atomic_xchg(status_ptr + slot, _PREFIX_READY, sem="release")
+        prefix_published = constant & constants_anchor
+    if not prefix_published:
+        prefix_value = aggregate_a + aggregate_b * carry
+        tl.store(prefix_ptr + slot * BLOCK_ROWS + lanes, prefix_value)
+        tl.debug_barrier()
+        nonfinite_prefix = _any_nonfinite(prefix_value)
+        tl.atomic_xchg(status_ptr + slot, _PREFIX_READY | tl.where(nonfinite_prefix, _NONFINITE, 0), sem="release")
+        if order == 0:
+            tl.atomic_add(block_counters, 1 + tl.where(nonfinite_prefix, _NONFINITE_COUNT, 0), sem="release")
     return carry
+
+
+@triton.jit
+def _any_nonfinite(x):
+    """Whether any lane of ``x`` is NaN or infinite (x - x is 0 exactly for every finite x)."""
+    return tl.max(((x - x) != 0).to(tl.int32), axis=0) > 0
 
 
 @triton.jit
