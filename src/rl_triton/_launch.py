@@ -554,7 +554,8 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 
 
 def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(status, aggregates, prefixes, ticket counter); only status and counter need zeroing."""
+    """(status, aggregates, prefixes, ticket counter); only the integers need zeroing: the status words,
+    the ticket and, just before the status words, `chunk_carry`'s counters."""
     if not plan.split:
         dummy = _placeholder(device)
         return dummy, dummy, dummy, dummy
