@@ -1,0 +1,46 @@
+"""Time one estimator's first call in a fresh process with an empty Triton cache (CUDA only).
+
+    python benchmarks/first_call.py retrace4 8 2097152
+
+Builds the inputs of ``benchmarks/tune.py`` for the named call (its names: ``gae``, ``retrace4``,
+``retrace4_bf16_u8``, ...), then times the public call to a synchronised result, and a second call.
+The cache is a new temporary directory, so the first call includes Triton's one-time work in a
+process and a cache (its driver utilities and kernel launchers) as well as the estimator's kernels:
+what a first call costs on a machine that has never run Triton.
+"""
+
+import os
+import sys
+import tempfile
+import time
+
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch
+import tune
+
+ACTIONS = {"retrace": 18, "retrace4": 4, "retrace_bf16_u8": 18, "retrace4_bf16_u8": 4, "retrace_time_major": 18,
+           "retrace4_time_major": 4}
+
+
+def main() -> None:
+    name, rows, seq_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    data = tune.rollout(rows, seq_len, ACTIONS.get(name, 0), 0)
+    if name.endswith(("time_major", "bf16_u8")):
+        data.update(tune.layout_variants(data))
+    call = tune.calls(data)[name][0]
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    second = time.perf_counter() - start
+    print(f"{name:18s} {rows}x{seq_len:<9d} first {first:5.2f} s  second {second * 1e3:6.2f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
