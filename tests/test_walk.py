@@ -218,13 +218,19 @@ NAN_INPUT = {"gae": ("rewards", True), "vtrace": ("rewards", True), "lambda": ("
              "discounted": ("rewards", True), "traces": ("gradients", False), "prefix_sum": ("inputs", False)}
 
 
-@pytest.mark.parametrize("tile", [WALK, {**WALK, "walk_programs": 0}], ids=["walk", "chunk-per-program"])
+@pytest.mark.parametrize(
+    "tile",
+    [WALK, {**WALK, "walk_programs": 0}, {**WALK, "window": 2}, {**WALK, "walk_programs": 0, "window": 2}],
+    ids=["walk", "chunk-per-program", "walk-window2", "chunk-per-program-window2"],
+)
 @pytest.mark.parametrize("name", list(NAN_INPUT))
 def test_a_nan_reaches_past_constant_segments(name, tile, make_rollout):
     # With episode ends in every segment, a segment's map ignores its carry, and the look-back stops at
     # the nearest one, unless something before it is NaN or infinite: a plain loop carries a NaN
     # across episode ends (0 * NaN), and so must the split. The NaN sits in the second of four
     # segments of row 1 in processing order, so it must reach through the third one into the fourth.
+    # Windows of 2 put the NaN's segment (or chunk) in an earlier block than the ones it must reach,
+    # so they learn of it from that block's counter.
     ro = make_rollout(2, 300)
     field, backward = NAN_INPUT[name]
     step = 200 if backward else 100

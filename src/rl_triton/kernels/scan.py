@@ -439,7 +439,9 @@ def chunk_carry(
             block_valid = block < my_block
             count = tl.atomic_add(block_counters - block, 0, mask=block_valid, sem="acquire")
             full = block_valid & ((count % _NONFINITE_COUNT) == WINDOW)
-            first_partial = tl.min(tl.where(block_valid & ~full, block, my_block), axis=0)
+            # the first block not yet complete; past this poll's blocks if all of them are
+            polled_end = tl.minimum(complete_blocks + WINDOW, my_block)
+            first_partial = tl.min(tl.where(block_valid & ~full, block, polled_end), axis=0)
             counted = block_valid & (block < first_partial)
             nonfinite_before += tl.sum(tl.where(counted, count // _NONFINITE_COUNT, 0), axis=0)
             complete_blocks = first_partial
