@@ -1,6 +1,7 @@
 """Registers of the walking kernels on an H200, from ptxas, without a GPU.
 
     PYTHONPATH=src python benchmarks/registers.py [--layouts float32,time-major,bf16] [--json]
+    PYTHONPATH=src python benchmarks/registers.py --compile-all
 
 Walked segments (``rl_triton/kernels/scan.py``) size their grid so that every program is resident at
 once: the walk plans in ``rl_triton/_launch.py`` name the programs per multiprocessor, and those
@@ -17,6 +18,10 @@ tensors on the ``meta`` device), compiles the kernels of walked segments for sm_
 specialisation rules (an int of 1 is a constant; pointers, and ints divisible by 16, carry that
 hint) under the plan's register cap and reads ptxas's register count and spilled bytes. Triton's interpreter must be off (``TRITON_INTERPRET``
 unset): it compiles nothing.
+
+``--compile-all`` compiles every distinct launch of many more calls for sm_90a instead (every
+estimator in the three layouts at shapes that take each kind of plan, and the autograd kernels) and
+exits with an error if any fails: the interpreter runs kernels that Triton's compiler rejects.
 """
 
 from __future__ import annotations
@@ -164,6 +169,11 @@ def ptxas_registers(launch: Launch) -> tuple[int, int]:
 
 
 LAYOUTS = ("float32", "time-major", "bf16")
+# shapes whose calls take every kind of plan: short rows in one chunk, time-major splits of one chunk per
+# program (512x1024), batch-major splits and short walks, long walks, and more blocks of look-back
+# counters than one window (4x2^22 for the autograd kernels)
+COMPILE_SHAPES = ((3, 70), (512, 1024), (64, 16384), (8, 131072), (4, 2**22), (1, 2**24))
+AUTOGRAD_SHAPES = ((64, 16384), (4, 2**22), (1, 2**24))
 
 
 def _empty(*shape: int, dtype: torch.dtype = torch.float32, time_major: bool = False) -> torch.Tensor:
@@ -233,12 +243,61 @@ def walk_residency(shapes: tuple[tuple[int, int], ...] | None = None, layout: st
     return rows
 
 
+def autograd_calls(num_rows: int, seq_len: int) -> dict[str, Callable[[], None]]:
+    """The launchers of the backward passes at one shape (float32, batch-major)."""
+    def x(*shape: int) -> torch.Tensor:
+        return _empty(*(shape or (num_rows, seq_len)))
+
+    return {
+        "linear-recurrence-backward": lambda: _launch.linear_recurrence(x(), x(), x(), x(num_rows), True),
+        "linear-recurrence-forward": lambda: _launch.linear_recurrence(x(), x(), x(), x(num_rows), False),
+        "gae-backward": lambda: _launch.gae_backward(x(), x(), None, x(num_rows), x(), x(), None, 0.99, 0.95,
+                                                     torch.float32),
+        "returns-backward": lambda: _launch.returns_backward(x(), x(), x(), x(), x(), x(), 0.99, 0.95,
+                                                             torch.float32),
+    }
+
+
+def compile_every_launch() -> tuple[int, list[str]]:
+    """Compile each distinct launch of the calls of ``COMPILE_SHAPES`` (three layouts) and of
+    ``AUTOGRAD_SHAPES`` for sm_90a. Returns (launches compiled, one line per failure)."""
+    calls = [(f"{layout} {rows}x{steps} {name}", call)
+             for layout in LAYOUTS for rows, steps in COMPILE_SHAPES
+             for name, call in walking_calls(rows, steps, layout).items()]
+    calls += [(f"autograd {rows}x{steps} {name}", call)
+              for rows, steps in AUTOGRAD_SHAPES for name, call in autograd_calls(rows, steps).items()]
+    seen: set[str] = set()
+    failures: list[str] = []
+    for label, call in calls:
+        for launch in record_launches(call):
+            signature, constants, attributes, options = compile_options(launch)
+            key = repr((launch.kernel.__name__, sorted(signature.items()), sorted(map(repr, constants.items())),
+                        sorted(attributes.items()), sorted(options.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
+                               target=GPUTarget("cuda", 90, 32), options=options)
+            except Exception as error:  # noqa: BLE001 - every failure is reported, then the run fails
+                failures.append(f"{label}: {launch.kernel.__name__}: {type(error).__name__}: {error}"[:600])
+    return len(seen), failures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON list of the rows, for the tests")
     parser.add_argument("--layouts", default="float32",
                         help=f"comma-separated subset of {','.join(LAYOUTS)} (default float32, as the tests check)")
+    parser.add_argument("--compile-all", action="store_true",
+                        help="compile every distinct launch of many calls for sm_90a; fail if any does not compile")
     args = parser.parse_args()
+    if args.compile_all:
+        compiled, failures = compile_every_launch()
+        for failure in failures:
+            print(failure)
+        print(f"{compiled} distinct launches compiled for sm_90a, {len(failures)} failed")
+        raise SystemExit(1 if failures else 0)
     layouts = args.layouts.split(",")
     if unknown := set(layouts) - set(LAYOUTS):
         parser.error(f"unknown layouts {sorted(unknown)}; expected {', '.join(LAYOUTS)}")
