@@ -403,7 +403,8 @@ def chunk_carry(
     after it, but only once every chunk before them has published (a NaN or inf before a constant
     chunk still reaches past it, as in a plain loop). Whether they have is read from one counter per
     block of WINDOW chunks (``status_ptr - 1 - (row_tile * blocks + block)``), which every chunk
-    bumps after publishing: one poll, however far back the last chunk to publish is.
+    bumps after publishing: one poll covers WINDOW blocks and the chunk's own, however far back in
+    them the last chunk to publish is.
     """
     lanes = tl.arange(0, BLOCK_ROWS)
     slot = row_tile * num_chunks + order
