@@ -20,13 +20,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
 import tune
 
-ACTIONS = {"retrace": 18, "retrace4": 4, "retrace_bf16_u8": 18, "retrace4_bf16_u8": 4, "retrace_time_major": 18,
-           "retrace4_time_major": 4}
-
 
 def main() -> None:
     name, rows, seq_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    data = tune.rollout(rows, seq_len, ACTIONS.get(name, 0), 0)
+    data = tune.rollout(rows, seq_len, tune.NUM_ACTIONS.get(name, 0), 0)
     if name.endswith(("time_major", "bf16_u8")):
         data.update(tune.layout_variants(data))
     call = tune.calls(data)[name][0]

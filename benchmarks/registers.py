@@ -45,9 +45,9 @@ from triton.compiler import ASTSource
 from rl_triton import _launch
 
 H200_MULTIPROCESSORS = 132
-REGISTERS_PER_MULTIPROCESSOR = 65536
-# ptxas allocates registers per warp in units of 256: 8 per thread
-REGISTER_ALLOCATION_UNIT = 8
+# the engine's figures, which its walk plans are capped with
+REGISTERS_PER_MULTIPROCESSOR = _launch._REGISTERS_PER_MULTIPROCESSOR
+REGISTER_ALLOCATION_UNIT = _launch._REGISTER_ALLOCATION_UNIT
 SHAPES = ((8, 2**21), (1, 2**24))
 # stored [T, N]: one row is batch-major; 64 rows walk tiles of 16 rows (4 warps), 8 rows tiles of 2 warps
 TIME_MAJOR_SHAPES = ((8, 2**21), (64, 2**18))

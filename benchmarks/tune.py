@@ -23,6 +23,11 @@ from rl_triton import _launch
 SHAPES = [(4096, 128), (512, 1024), (16384, 512), (4096, 4096), (64, 16384), (8, 131072), (8, 2**21), (1, 2**24)]
 
 
+# actions of the Retrace calls (the other calls take none)
+NUM_ACTIONS = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace4_time_major": 4, "retrace_bf16_u8": 18,
+               "retrace4_bf16_u8": 4}
+
+
 def copy_ceiling() -> float:
     src = torch.empty(2**29 // 4 * 4, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
@@ -213,8 +218,7 @@ def main() -> None:
     rows = []
     for name in args.estimators.split(","):
         for num_rows, seq_len in shapes:
-            num_actions = {"retrace": 18, "retrace4": 4, "retrace_time_major": 18, "retrace4_time_major": 4,
-                           "retrace_bf16_u8": 18, "retrace4_bf16_u8": 4}.get(name, 0)
+            num_actions = NUM_ACTIONS.get(name, 0)
             elements = num_rows * seq_len
             if num_actions and elements * num_actions > 2**29:
                 continue

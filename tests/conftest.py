@@ -8,7 +8,10 @@ variable is set here, before anything imports rl_triton.
 from __future__ import annotations
 
 import os
+import pathlib
 import re
+import subprocess
+import sys
 import zlib
 
 import torch
@@ -341,3 +344,18 @@ def small_tiles(split: bool | None = True):
     from rl_triton import _launch
 
     return _launch.tile_override(block_rows=2, block_time=16, split=split)
+
+
+def run_registers_script(*args: str, timeout: int) -> subprocess.CompletedProcess:
+    """``benchmarks/registers.py`` with ``args`` in a process of its own, with Triton's compiler: under
+    ``TRITON_INTERPRET`` Triton compiles nothing. Skips the test where this Triton has no ptxas."""
+    import triton
+
+    ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip(f"this Triton has no ptxas at {ptxas}")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, str(root / "benchmarks" / "registers.py"), *args],
+                          check=False, capture_output=True, text=True, env=env, timeout=timeout)

@@ -2,31 +2,17 @@
 
 The interpreter runs code that Triton's compiler rejects: a change to the look-back that passed the
 interpreter's tests of the walks, the engine and GAE stopped Triton's pass pipeline with an internal
-assertion in 146 of these launches (benchmarks/NOTES.md, "Seventeenth round"). ``benchmarks/registers.py --compile-all`` records the launches of every estimator in three
-layouts at shapes that take each kind of plan, and of the autograd kernels, without a GPU, and
+assertion in 146 of these launches (benchmarks/NOTES.md, "Seventeenth round").
+``benchmarks/registers.py --compile-all`` records the launches of every estimator in three layouts at shapes that take each kind of plan, and of the autograd kernels, without a GPU, and
 compiles each distinct one with Triton's own compiler and ptxas. It runs in a process of its own:
 under ``TRITON_INTERPRET`` Triton compiles nothing.
 """
 
-import os
-import pathlib
-import subprocess
-import sys
-
-import pytest
-import triton
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+from conftest import run_registers_script
 
 
 def test_every_launch_compiles_for_sm90():
-    if not PTXAS.exists():
-        pytest.skip(f"this Triton has no ptxas at {PTXAS}")
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "registers.py"), "--compile-all"],
-                            check=False, capture_output=True, text=True, env=env, timeout=1200)
+    result = run_registers_script("--compile-all", timeout=1200)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     compiled = int(result.stdout.strip().splitlines()[-1].split()[0])
     # every estimator, layout and kind of plan: far more than the walking kernels alone (60)

@@ -9,16 +9,10 @@ needed) and counts the registers their programs take per multiprocessor. It runs
 """
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
-import triton
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+from conftest import run_registers_script
 
 # (layout, estimator, rows, steps) whose walk takes more registers than its plan's programs per
 # multiprocessor leave, measured with triton 3.6.0's ptxas: their last programs start only as the
@@ -57,13 +51,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def residency():
-    if not PTXAS.exists():
-        pytest.skip(f"this Triton has no ptxas at {PTXAS}")
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "registers.py"), "--json",
-                             "--layouts", ",".join(LAYOUTS)],
-                            check=False, capture_output=True, text=True, env=env, timeout=600)
+    result = run_registers_script("--json", "--layouts", ",".join(LAYOUTS), timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     return {(row["layout"], row["estimator"], *row["shape"]): row for row in json.loads(result.stdout)}
 
