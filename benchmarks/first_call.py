@@ -7,6 +7,12 @@ Builds the inputs of ``benchmarks/tune.py`` for the named call (its names: ``gae
 The cache is a new temporary directory, so the first call includes Triton's one-time work in a
 process and a cache (its driver utilities and kernel launchers) as well as the estimator's kernels:
 what a first call costs on a machine that has never run Triton.
+
+    python benchmarks/first_call.py retrace4 8 2097152 --after-warm-up
+
+first launches a trivial Triton kernel and times it apart: that launch takes Triton's one-time
+work in the process and the cache, so the estimator's first call after it is its own kernels'
+compiles and launchers.
 """
 
 import os
@@ -18,7 +24,24 @@ os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch
+import triton
+import triton.language as tl
 import tune
+
+
+@triton.jit
+def _add_one(x_ptr):
+    tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+
+def _warm_up_seconds() -> float:
+    """Time the first launch of a trivial Triton kernel: Triton's one-time work in a process."""
+    x = torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    _add_one[(1,)](x)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -27,6 +50,7 @@ def main() -> None:
     if name.endswith(("time_major", "bf16_u8")):
         data.update(tune.layout_variants(data))
     call = tune.calls(data)[name][0]
+    warm_up = f"after a trivial kernel's first launch {_warm_up_seconds():5.2f} s  " if "--after-warm-up" in sys.argv else ""
     torch.cuda.synchronize()
     start = time.perf_counter()
     call()
@@ -36,7 +60,7 @@ def main() -> None:
     call()
     torch.cuda.synchronize()
     second = time.perf_counter() - start
-    print(f"{name:18s} {rows}x{seq_len:<9d} first {first:5.2f} s  second {second * 1e3:6.2f} ms", flush=True)
+    print(f"{name:18s} {rows}x{seq_len:<9d} {warm_up}first {first:5.2f} s  second {second * 1e3:6.2f} ms", flush=True)
 
 
 if __name__ == "__main__":
