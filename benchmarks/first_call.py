@@ -12,7 +12,9 @@ what a first call costs on a machine that has never run Triton.
 
 first launches a trivial Triton kernel and times it apart: that launch takes Triton's one-time
 work in the process and the cache, so the estimator's first call after it is its own kernels'
-compiles and launchers.
+compiles and launchers. Each line also says how many kernels Triton compiled in the first call and
+how many C modules it built with the system's C compiler (a launcher per kernel signature, and
+without the warm-up its driver utilities), and the seconds each took.
 """
 
 import os
@@ -25,7 +27,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch
 import triton
+import triton.backends.nvidia.driver
+import triton.compiler
 import triton.language as tl
+
+_seconds = {"kernel compiles": [], "C module builds": []}
+
+
+def _timed(function, kind):
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _seconds[kind].append(time.perf_counter() - start)
+
+    return timed
+
+
+# Triton's kernels look its compiler up when they are defined, and its CUDA driver builds launchers
+# through the name it imported: wrap both before anything defines a kernel
+triton.compiler.compile = _timed(triton.compiler.compile, "kernel compiles")
+triton.backends.nvidia.driver.compile_module_from_src = _timed(
+    triton.backends.nvidia.driver.compile_module_from_src, "C module builds")
+
 import tune
 
 
@@ -52,15 +77,19 @@ def main() -> None:
     call = tune.calls(data)[name][0]
     warm_up = f"after a trivial kernel's first launch {_warm_up_seconds():5.2f} s  " if "--after-warm-up" in sys.argv else ""
     torch.cuda.synchronize()
+    for seconds in _seconds.values():
+        seconds.clear()
     start = time.perf_counter()
     call()
     torch.cuda.synchronize()
     first = time.perf_counter() - start
+    parts = "  ".join(f"{kind} {len(seconds)} in {sum(seconds):4.2f} s" for kind, seconds in _seconds.items())
     start = time.perf_counter()
     call()
     torch.cuda.synchronize()
     second = time.perf_counter() - start
-    print(f"{name:18s} {rows}x{seq_len:<9d} {warm_up}first {first:5.2f} s  second {second * 1e3:6.2f} ms", flush=True)
+    print(f"{name:18s} {rows}x{seq_len:<9d} {warm_up}first {first:5.2f} s  second {second * 1e3:6.2f} ms  "
+          f"(first call: {parts})", flush=True)
 
 
 if __name__ == "__main__":
