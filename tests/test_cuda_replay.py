@@ -5,6 +5,10 @@ allocations and launches with their own inputs. Each call here gets fresh inputs
 shapes, so a replay that used a stale pointer or a stale plan would give wrong numbers.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -82,3 +86,22 @@ def test_gamma_is_part_of_the_signature(gen):
         assert_rel(got.cpu(), want, TOLERANCE[torch.float32])
         results.setdefault(gamma, got)
     assert not torch.equal(results[0.9], results[0.5])
+
+
+def test_first_calls_do_not_import_dynamo():
+    """A process's first calls (compiled, then recorded, then replayed) leave ``torch._dynamo``
+    unimported: importing it costs 1-3 s. A fresh process, as this one has imported it long ago."""
+    code = (
+        "import sys, torch, rl_triton\n"
+        "rewards, values = torch.randn(2, 4, 300, device='cuda'), torch.randn(2, 4, 300, device='cuda')\n"
+        "terminateds = torch.rand(2, 4, 300, device='cuda') < 0.05\n"
+        "for _ in range(3):\n"
+        "    advantages = rl_triton.compute_gae(rewards, values, terminateds, gamma=0.99, lambda_=0.95)\n"
+        "torch.cuda.synchronize()\n"
+        "print(sum(len(f.replays) for f in [rl_triton.compute_gae]), 'torch._dynamo' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    # the second call was recorded (one replay kept) and Dynamo was never imported
+    assert result.stdout.split() == ["1", "False"]

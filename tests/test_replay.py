@@ -8,6 +8,10 @@ real and are checked against the float64 oracle (tests/test_cuda.py, test_replay
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -281,3 +285,23 @@ def test_calls_in_inference_mode_are_recorded_for_themselves(fake_launches):
     assert all(isinstance(value, int) for value in fake_launches[replayed][2][:3]), "not replayed"
     assert all(isinstance(value, int) for value in fake_launches[replayed + 1][2][:3]), "not replayed"
     assert len([replay for replays in function.candidates.values() for replay in replays]) == 2
+
+
+def test_recording_does_not_import_dynamo():
+    """PyTorch keeps Dynamo out of a dispatch mode by wrapping it, and that wrapper imports
+    ``torch._dynamo`` (1-3 s) on its first run; the recording opts out, so a process's first call
+    does not pay for it. A fresh process: this one has imported Dynamo long ago."""
+    code = (
+        "import sys, torch\n"
+        "from rl_triton import _replay\n"
+        "before = 'torch._dynamo' in sys.modules\n"
+        "recording = _replay._Recording(())\n"
+        "with recording:\n"
+        "    torch.empty(3, 4).t()\n"
+        "print(before, 'torch._dynamo' in sys.modules, len(recording.steps), recording.replayable)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    # the mode saw the allocation (a view is no step) and imported nothing
+    assert result.stdout.split() == ["False", "False", "1", "True"]

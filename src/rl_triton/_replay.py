@@ -315,6 +315,13 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
 class _Recording(TorchDispatchMode):
     """Watches one call; ``finish`` turns what it saw into a replay, or None."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Unless a mode opts out, PyTorch wraps its ``__torch_dispatch__`` to keep Dynamo out of it, and
+        # the wrapper imports ``torch._dynamo`` (1-3 s) when it first runs: in a process's first call.
+        # A recording never runs under torch.compile (those calls take the full path).
+        return False
+
     def __init__(self, flat_args: tuple) -> None:
         super().__init__()
         self.flat_args = flat_args
