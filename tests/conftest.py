@@ -359,3 +359,12 @@ def run_registers_script(*args: str, timeout: int) -> subprocess.CompletedProces
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, str(root / "benchmarks" / "registers.py"), *args],
                           check=False, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def printed_by_fresh_process(code: str) -> list[str]:
+    """The words ``code`` prints in a new Python process that imports what this one does (this
+    process's ``sys.path``): for what a process does only once, such as its first imports."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.split()
