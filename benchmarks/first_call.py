@@ -21,6 +21,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,11 +33,13 @@ import triton.backends.nvidia.driver
 import triton.compiler
 import triton.language as tl
 
-_seconds = {"kernel compiles": [], "C module builds": []}
+_seconds: dict[str, list[float]] = {"kernel compiles": [], "C module builds": []}
 
 
-def _timed(function, kind):
-    def timed(*args, **kwargs):
+def _timed(function: Callable, kind: str) -> Callable:
+    """``function``, adding the seconds of each call to ``_seconds[kind]``."""
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
             return function(*args, **kwargs)
@@ -75,7 +79,9 @@ def main() -> None:
     if name.endswith(("time_major", "bf16_u8")):
         data.update(tune.layout_variants(data))
     call = tune.calls(data)[name][0]
-    warm_up = f"after a trivial kernel's first launch {_warm_up_seconds():5.2f} s  " if "--after-warm-up" in sys.argv else ""
+    warm_up = ""
+    if "--after-warm-up" in sys.argv:
+        warm_up = f"after a trivial kernel's first launch {_warm_up_seconds():5.2f} s  "
     torch.cuda.synchronize()
     for seconds in _seconds.values():
         seconds.clear()
