@@ -4,6 +4,8 @@ On CPU (the default) the Triton path is forced and the kernel launchers are repl
 so the numbers are the wrapper's own Python: validation, layout, output allocation, dispatch.
 With ``--device cuda`` nothing is stubbed and the numbers include Triton's launch path; the GPU
 is synchronised only around each timed batch, so for small problems they are host-bound.
+The cases take turns in rounds; ``/ add`` is the median over rounds of a case's time per call over
+one ``torch.add``'s in the same round (on CPU the add of 1-element tensors), with its quartiles.
 
     python benchmarks/host_cost.py                      # CPU, launchers stubbed
     python benchmarks/host_cost.py --device cuda        # real launches, repeated calls replayed
@@ -33,6 +35,9 @@ import rl_triton
 from rl_triton import _dispatch, _launch, _library, _replay
 
 _LAUNCHERS = ("gae", "vtrace", "retrace", "returns", "episodic_scan")
+# every case's ratio is to one of these, timed in the same round: on CPU the first is arithmetic,
+# not host cost
+YARDSTICK = {"cuda": "torch.add (same tensors)", "cpu": "torch.add (1-element tensors)"}
 
 
 def _stub_triton_path() -> None:
@@ -98,24 +103,31 @@ def _cases(device: str, num_envs: int, seq_len: int, num_actions: int) -> dict[s
     }
 
 
-def _us_per_call(
-    fn: Callable[[], object], calls: int, repeats: int, cuda: bool, clock: Callable[[], float]
-) -> tuple[float, float]:
-    """(median, minimum) over ``repeats`` batches of the mean time per call; the minimum is the
-    steadiest figure on a shared machine."""
-    for _ in range(max(calls // 10, 10)):
-        fn()
-    per_call = []
-    for _ in range(repeats):
-        if cuda:
-            torch.cuda.synchronize()
-        start = clock()
-        for _ in range(calls):
+def _us_per_call_interleaved(
+    cases: dict[str, Callable[[], object]], calls: int, repeats: int, cuda: bool, clock: Callable[[], float]
+) -> dict[str, list[float]]:
+    """Per case, the mean time per call of each of ``repeats`` timed batches.
+
+    The cases take turns: every round times one batch of each, in order. The host's speed drifts
+    by up to 1.5x over a minute on a shared machine, so cases timed one after another compare
+    different moments; in rounds, each case's batches spread over the whole run, and a case's
+    batch and the yardstick's of the same round are seconds apart.
+    """
+    for fn in cases.values():
+        for _ in range(max(calls // 10, 10)):
             fn()
-        if cuda:
-            torch.cuda.synchronize()
-        per_call.append((clock() - start) / calls * 1e6)
-    return statistics.median(per_call), min(per_call)
+    per_call: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            if cuda:
+                torch.cuda.synchronize()
+            start = clock()
+            for _ in range(calls):
+                fn()
+            if cuda:
+                torch.cuda.synchronize()
+            per_call[name].append((clock() - start) / calls * 1e6)
+    return per_call
 
 
 def main() -> None:
@@ -154,15 +166,20 @@ def main() -> None:
     clock = time.perf_counter if clock_name == "wall" else time.thread_time
     results = {}
     cases = _cases(args.device, args.num_envs, args.seq_len, args.num_actions)
-    header = f"{'call':40s} {'median':>8s} {'min':>8s}"
+    header = f"{'call':40s} {'median':>8s} {'min':>8s} {'/ add':>8s} {'quartiles':>9s}"
     if baseline:
         header += f" | {'before median':>13s} {'min':>8s} {'ratio(min)':>10s}"
     stubbed = "launchers stubbed" if not cuda else "real launches" + (", no replays" if args.no_replay else "")
     print(f"{args.device}, {args.num_envs}x{args.seq_len}, {stubbed}, torch {torch.__version__}; µs per call ({clock_name} clock)")
     print(header)
-    for name, fn in cases.items():
-        median, minimum = results[name] = _us_per_call(fn, args.calls, args.repeats, cuda, clock)
-        line = f"{name:40s} {median:8.1f} {minimum:8.1f}"
+    timings = _us_per_call_interleaved(cases, args.calls, args.repeats, cuda, clock)
+    yardstick = timings[YARDSTICK[args.device]]
+    for name, per_call in timings.items():
+        median, minimum = results[name] = statistics.median(per_call), min(per_call)
+        # the ratio of each round's batch to the yardstick's batch of the same round
+        ratios = sorted(batch / add for batch, add in zip(per_call, yardstick, strict=True))
+        low, high = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+        line = f"{name:40s} {median:8.1f} {minimum:8.1f} {statistics.median(ratios):7.2f}x {low:5.2f}-{high:4.2f}"
         if name in baseline:
             before_median, before_min = baseline[name]
             line += f" | {before_median:13.1f} {before_min:8.1f} {before_min / minimum:9.2f}x"

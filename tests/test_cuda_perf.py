@@ -159,27 +159,31 @@ def test_share_of_copy_bandwidth(copy_ceiling, name, rows, seq_len, num_actions,
     assert measured >= target - NOISE_POINTS, f"{name} {rows}x{seq_len}: {measured:.1f}% of copy, target {target}%"
 
 
-def host_microseconds(call, repeats: int = 500) -> float:
-    """Host time per call when calls are issued back to back (no synchronisation)."""
+def host_ratio(call, yardstick, rounds: int = 9, repeats: int = 300) -> float:
+    """Median over rounds of ``call``'s host time per call (back to back, no synchronisation) over
+    ``yardstick``'s in the same round: the host's speed drifts between rounds, not within one."""
     for _ in range(20):
         call()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            call()
-        runs.append((time.perf_counter() - start) / repeats * 1e6)
-        torch.cuda.synchronize()
-    return min(runs)
+        yardstick()
+    ratios = []
+    for _ in range(rounds):
+        per_call = []
+        for fn in (call, yardstick):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            per_call.append(time.perf_counter() - start)
+            torch.cuda.synchronize()
+        ratios.append(per_call[0] / per_call[1])
+    return statistics.median(ratios)
 
 
-@pytest.mark.xfail(strict=False, reason="borderline: 1.2-1.7x one PyTorch op (repeated calls) in benchmarks/host_cost.py on an H200 host, 2026-11-30; passes at times while other test workers load the host")
+@pytest.mark.xfail(strict=False, reason="borderline: 1.5-1.7x one PyTorch op (repeated calls) in benchmarks/host_cost.py on an H200 host, 2026-12-01; passes at times while other test workers load the host")
 def test_ppo_sized_call_host_cost():
     data = rollout(4096, 128, 0, 0)
-    elementwise = host_microseconds(lambda: torch.add(data["r"], data["v"]))
-    gae = host_microseconds(lambda: CALLS["gae"][0](data))
-    assert gae <= 1.6 * elementwise, f"GAE {gae:.1f} us per call vs torch.add {elementwise:.1f} us"
+    ratio = host_ratio(lambda: CALLS["gae"][0](data), lambda: torch.add(data["r"], data["v"]))
+    assert ratio <= 1.6, f"GAE {ratio:.2f}x the host time of one torch.add"
 
 
 @pytest.mark.xfail(strict=False, reason="borderline on an H200, 2026-11-30: 1.3-1.9x torch.add across runs")
