@@ -250,6 +250,26 @@ def test_outputs_shaped_like_an_input_are_allocated_like_it(fake_launches):
     assert replayed.stride() == full.stride() != transposed[0].stride()
 
 
+@pytest.mark.parametrize("case", ["gae time-major", "gae batch dims"])
+def test_outputs_that_view_a_whole_allocation_are_allocated_as_they_are_returned(fake_launches, case):
+    # the kernels write [N, T] tiles; the output is their transpose or has batch dims: the replay
+    # allocates it in that geometry instead of allocating the tiles' and taking a view
+    function, args, kwargs = fresh_call(case, 0)
+    full = function(*args, **kwargs)
+    (replay,) = [replay for replays in function.candidates.values() for replay in replays]
+    assert "_empty_like(t0)" in replay.source and "as_strided" not in replay.source
+    replayed = function(*fresh_call(case, 1)[1], **kwargs)
+    assert (replayed.shape, replayed.stride()) == (full.shape, full.stride())
+
+
+@pytest.mark.parametrize("size, stride, dense", [
+    ((4, 5), (5, 1), True), ((4, 5), (1, 4), True), ((2, 3, 4), (12, 1, 3), True), ((3, 1, 2), (2, 7, 1), True),
+    ((4, 5), (6, 1), False), ((4, 5), (1, 1), False), ((4, 5), (10, 2), False), ((4, 5), (0, 1), False),
+])
+def test_dense_geometries(size, stride, dense):
+    assert _replay._dense(size, stride) is dense
+
+
 class TaggedTensor(torch.Tensor):
     """A tensor subclass, as some libraries hand out: its calls are never replayed."""
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -206,6 +207,41 @@ def _dense_twin(allocation: _Allocation, tensors: list[torch.Tensor]) -> int | N
     return None
 
 
+def _dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a (size, stride) view puts every element at a distinct address of a gapless block
+    that starts at its first element (some order of its dimensions is row-major)."""
+    expected = 1
+    for step, length in sorted((step, length) for length, step in zip(size, stride, strict=True) if length != 1):
+        if step != expected:
+            return False
+        expected *= length
+    return True
+
+
+def _reallocated_as_views(steps: list, result: list[_ResultView],
+                          allocations: list[torch.Tensor]) -> dict[int, _Allocation]:
+    """Allocations to make directly in the geometry of the one output that views them.
+
+    An output qualifies if it is the only output of its allocation, starts where it starts, and
+    both are dense (``_dense``) with as many elements: the same bytes at the same addresses.
+    """
+    owners: dict[int, list[_ResultView]] = {}
+    for view in result:
+        owners.setdefault(view.allocation, []).append(view)
+    allocation_steps = [step for step in steps if isinstance(step, _Allocation)]
+    reshaped = {}
+    for index, views in owners.items():
+        (view,) = views if len(views) == 1 else (None,)
+        step = allocation_steps[index]
+        if (view is None or view.storage_offset or step.zeroed  # zeros() allocates row-major
+                or (view.size, view.stride) == (step.size, step.stride)):
+            continue
+        if (math.prod(view.size) == math.prod(step.size) and _dense(view.size, view.stride)
+                and _dense(step.size, step.stride)):
+            reshaped[index] = dataclasses.replace(step, size=view.size, stride=view.stride)
+    return reshaped
+
+
 def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, allocations: list[torch.Tensor],
                      flat_args: tuple, device: int | None) -> Callable:
     """The recorded call as one Python function of a new call's flattened arguments. It returns
@@ -265,9 +301,14 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
         # kernels launch on the current device
         lines.append(f"    if _current_device() != {device}: return None")
         lines.append(f"    stream = _current_stream({device})")
+    # an output that is a whole allocation seen through other strides (a transpose, batch dims) is
+    # allocated with the output's own strides: the kernels see the same addresses, and the replay
+    # skips an ``as_strided`` and may use ``empty_like``
+    reshaped = _reallocated_as_views(steps, result, allocations)
     allocation = 0
     for step in steps:
         if isinstance(step, _Allocation):
+            step = reshaped.get(allocation, step)
             if step.zeroed:
                 lines.append(f"    a{allocation} = _zeros({bind(step.size)}, dtype={bind(step.dtype)}, "
                              f"device={bind(step.device)})")
@@ -298,7 +339,8 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     outputs = []
     for view in result:
         whole = allocations[view.allocation]
-        if view.size == tuple(whole.shape) and view.stride == whole.stride() and view.storage_offset == 0:
+        if view.allocation in reshaped or (view.size == tuple(whole.shape) and view.stride == whole.stride()
+                                           and view.storage_offset == 0):
             outputs.append(f"a{view.allocation}")
         else:
             outputs.append(f"a{view.allocation}.as_strided({bind(view.size)}, {bind(view.stride)}, "
