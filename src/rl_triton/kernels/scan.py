@@ -435,7 +435,6 @@ def chunk_carry(
         complete_blocks = order * 0
         nonfinite_before = order * 0
         waiting = order > 0
-        previous = order * 0
         while waiting:
             block = complete_blocks + window
             block_valid = block < my_block
@@ -453,24 +452,15 @@ def chunk_carry(
             waiting = (complete_blocks < my_block) | ~own_ready
             if not waiting:
                 nonfinite_before += tl.sum(tl.where(own_valid & (status >= _NONFINITE), 1, 0), axis=0)
-            # the status word of the chunk just before (0 if it is in an earlier block)
-            previous = tl.sum(tl.where(own == order - 1, status, 0), axis=0)
         # with nothing non-finite before it, a constant chunk's prefix is exact too; otherwise only the
         # prefixes of chunks that looked back are
         constants_anchor = nonfinite_before == 0
 
-        # the chunk just before, when its status word was in the last poll and it ends the look-back
-        # (a prefix, or a constant map with nothing non-finite before it): its prefix is the carry
-        previous_kind = previous % _NONFINITE
-        previous_anchor = (previous_kind == _PREFIX_READY) | (constants_anchor & (previous_kind == _CONSTANT_READY))
-
         # map from the carry into the window just looked at to the carry into this chunk
         done_a = tl.zeros_like(aggregate_a)
         done_b = tl.full(aggregate_b.shape, 1, aggregate_b.dtype)
-        previous_prefix = tl.load(prefix_ptr + (slot - 1) * BLOCK_ROWS + lanes, mask=(lanes >= 0) & previous_anchor,
-                                  other=0.0, volatile=True)
-        carry = tl.where(previous_anchor, previous_prefix, boundary)
-        upper = tl.where(previous_anchor, 0, order)
+        carry = boundary
+        upper = order
         while upper > 0:
             position = upper - WINDOW + window  # [WINDOW], ascending
             valid = position >= 0
