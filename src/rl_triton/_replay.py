@@ -218,26 +218,23 @@ def _dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def _reallocated_as_views(steps: list, result: list[_ResultView],
-                          allocations: list[torch.Tensor]) -> dict[int, _Allocation]:
+def _reallocated_as_views(steps: list, result: list[_ResultView]) -> dict[int, _Allocation]:
     """Allocations to make directly in the geometry of the one output that views them.
 
     An output qualifies if it is the only output of its allocation, starts where it starts, and
     both are dense (``_dense``) with as many elements: the same bytes at the same addresses.
     """
-    owners: dict[int, list[_ResultView]] = {}
+    views_of: dict[int, list[_ResultView]] = {}
     for view in result:
-        owners.setdefault(view.allocation, []).append(view)
+        views_of.setdefault(view.allocation, []).append(view)
     allocation_steps = [step for step in steps if isinstance(step, _Allocation)]
     reshaped = {}
-    for index, views in owners.items():
-        (view,) = views if len(views) == 1 else (None,)
-        step = allocation_steps[index]
-        if (view is None or view.storage_offset or step.zeroed  # zeros() allocates row-major
-                or (view.size, view.stride) == (step.size, step.stride)):
+    for index, views in views_of.items():
+        step, view = allocation_steps[index], views[0]
+        if len(views) != 1 or step.zeroed:  # zeros() allocates row-major
             continue
-        if (math.prod(view.size) == math.prod(step.size) and _dense(view.size, view.stride)
-                and _dense(step.size, step.stride)):
+        if (view.storage_offset == 0 and math.prod(view.size) == math.prod(step.size)
+                and _dense(view.size, view.stride) and _dense(step.size, step.stride)):
             reshaped[index] = dataclasses.replace(step, size=view.size, stride=view.stride)
     return reshaped
 
@@ -304,7 +301,7 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     # an output that is a whole allocation seen through other strides (a transpose, batch dims) is
     # allocated with the output's own strides: the kernels see the same addresses, and the replay
     # skips an ``as_strided`` and may use ``empty_like``
-    reshaped = _reallocated_as_views(steps, result, allocations)
+    reshaped = _reallocated_as_views(steps, result)
     allocation = 0
     for step in steps:
         if isinstance(step, _Allocation):
