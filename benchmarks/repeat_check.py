@@ -8,7 +8,8 @@ several processes share the GPU. This runs the calls of
 ``tests/test_cuda.py::test_time_split_calls_repeated`` (the same inputs and estimator arguments, from
 the test suite's ``Rollout``) ``--calls`` times per estimator and plan in each of ``--processes``
 processes at once (each its own seed), and prints, per estimator and plan, how many calls exceeded
-the float32 tolerance and the largest relative error seen. It exits with status 1 if any call was
+the float32 tolerance and the largest relative error seen. ``--done-rate 0.3`` makes most chunks
+end an episode in every row (maps that ignore the carry, which the look-back treats apart). It exits with status 1 if any call was
 wrong. Plans (``PLANS``): the default plan batch-major or time-major, time-major tiles with other
 warp counts, and splits into chunks of 16 steps through the tile override. On a CPU it runs the
 kernels through Triton's interpreter (``TRITON_INTERPRET=1``), which runs programs one after
@@ -42,9 +43,9 @@ DEFAULT_PLANS = "tm-default,bm-split16,tm-split16"
 DEFAULT_ESTIMATORS = "gae,vtrace,retrace,lambda_returns,eligibility_traces,prefix_sum-ends_at"
 
 
-def check(args: tuple[list[str], list[str], int, int, int, int, float]) -> dict[tuple[str, str], list]:
+def check(args: tuple[list[str], list[str], int, int, int, int, float, float]) -> dict[tuple[str, str], list]:
     """One process: {(estimator, plan): [wrong calls, calls, largest relative error]}."""
-    estimators, plans, calls, seed, rows, seq_len, seconds = args
+    estimators, plans, calls, seed, rows, seq_len, seconds, done_rate = args
     sys.path.insert(0, TESTS)
     import test_cuda
     from conftest import DEVICE, TOLERANCE, Rollout, rel_err
@@ -59,7 +60,7 @@ def check(args: tuple[list[str], list[str], int, int, int, int, float]) -> dict[
             break
         for name in estimators:
             estimator = by_name[name]
-            rollout = Rollout(gen, (rows,), seq_len, device=DEVICE)
+            rollout = Rollout(gen, (rows,), seq_len, device=DEVICE, term_rate=done_rate, trunc_rate=done_rate)
             expected = test_cuda.oracle(estimator, rollout)
             time_major = rollout.map(lambda x: x.t().contiguous().t())
             for plan in plans:
@@ -85,6 +86,9 @@ def main() -> None:
                         help="each process stops starting new rounds of calls after this long")
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seq-len", type=int, default=96)
+    parser.add_argument("--done-rate", type=float, default=0.05,
+                        help="share of steps terminated, and the same share truncated (0.3: most chunks of 32 steps "
+                             "end an episode in every row, so their maps ignore the carry)")
     parser.add_argument("--seed", type=int, default=101, help="the first process's seed (then +1 each)")
     options = parser.parse_args()
     estimators = options.estimators.split(",")
@@ -93,7 +97,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown plans {unknown}; known: {', '.join(PLANS)}")
 
-    jobs = [(estimators, plans, options.calls, options.seed + i, options.rows, options.seq_len, options.seconds)
+    jobs = [(estimators, plans, options.calls, options.seed + i, options.rows, options.seq_len, options.seconds,
+             options.done_rate)
             for i in range(options.processes)]
     started = time.monotonic()
     # spawned processes: CUDA cannot be used in a forked child of a process that initialised it
@@ -108,6 +113,7 @@ def main() -> None:
             entry[2] = max(entry[2], worst)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (Triton's interpreter)"
     print(f"{device}: {options.processes} processes, {options.rows}x{options.seq_len}, "
+          f"done rate {options.done_rate}, "
           f"{time.monotonic() - started:.0f} s")
     for (name, plan), (wrong, calls, worst) in sorted(total.items()):
         print(f"  {name:20s} {plan:14s} wrong {wrong:4d} of {calls:4d}  largest relative error {worst:.2e}")
