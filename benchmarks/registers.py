@@ -21,7 +21,9 @@ unset): it compiles nothing.
 
 ``--compile-all`` compiles every distinct launch of many more calls for sm_90a instead (every
 estimator in the three layouts at shapes that take each kind of plan, and the autograd kernels) and
-exits with an error if any fails: the interpreter runs kernels that Triton's compiler rejects.
+exits with an error if any fails: the interpreter runs kernels that Triton's compiler rejects. It
+also disassembles each one (nvdisasm) and fails if a warp-collective instruction (``REDUX``,
+``SHFL``, ``VOTE``, ``BAR``, ...) carries a guard predicate (``guarded_warp_collectives``).
 """
 
 from __future__ import annotations
@@ -277,11 +279,38 @@ def compile_every_launch() -> tuple[int, list[str]]:
                 continue
             seen.add(key)
             try:
-                triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
-                               target=GPUTarget("cuda", 90, 32), options=options)
+                compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
+                                          target=GPUTarget("cuda", 90, 32), options=options)
             except Exception as error:  # noqa: BLE001 - every failure is reported, then the run fails
                 failures.append(f"{label}: {launch.kernel.__name__}: {type(error).__name__}: {error}"[:600])
+                continue
+            guarded = guarded_warp_collectives(compiled.asm["cubin"])
+            if guarded:
+                failures.append(f"{label}: {launch.kernel.__name__} {launch.meta}: warp-collective instructions under a "
+                                f"guard predicate: {'; '.join(guarded[:4])}"[:600])
     return len(seen), failures
+
+
+# SASS instructions that every thread of a warp (or of the block) must execute together
+_WARP_COLLECTIVE = re.compile(r"/\*[0-9a-f]+\*/\s+@!?U?P(?!T\b)\w+\s+(REDUX|VOTEU?|SHFL|MATCH|WARPSYNC|BAR|LDSM|STSM)\b")
+
+
+def guarded_warp_collectives(cubin: bytes) -> list[str]:
+    """The warp-collective instructions of a cubin that carry a guard predicate, from nvdisasm.
+
+    A tripwire: in a look-back variant whose time-major V-trace calls gave wrong results on an H200,
+    ptxas had turned a warp reduction under a uniform condition into a ``REDUX`` guarded by a
+    predicate set from the lane index (benchmarks/NOTES.md, "Twentieth round"). No launch of the
+    current kernels holds a guarded warp-collective instruction at all, so a new one is reported
+    for inspection (a guard that is uniform across the warp would be harmless).
+    """
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.cubin")
+        with open(path, "wb") as file:
+            file.write(cubin)
+        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+    return [" ".join(line.split()) for line in sass.splitlines() if _WARP_COLLECTIVE.search(line)]
 
 
 def main() -> None:

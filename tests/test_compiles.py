@@ -5,7 +5,10 @@ interpreter's tests of the walks, the engine and GAE stopped Triton's pass pipel
 assertion in 146 of these launches (benchmarks/NOTES.md, "Seventeenth round").
 ``benchmarks/registers.py --compile-all`` records the launches of every estimator in three layouts at shapes that take each kind of plan, and of the autograd kernels, without a GPU, and
 compiles each distinct one with Triton's own compiler and ptxas. It runs in a process of its own:
-under ``TRITON_INTERPRET`` Triton compiles nothing.
+under ``TRITON_INTERPRET`` Triton compiles nothing. It also fails on a warp-collective instruction
+under a guard predicate in any launch's SASS: a look-back variant whose compiled time-major V-trace
+gave wrong results on an H200 (and right ones in the interpreter) had a warp reduction that ptxas
+guarded with a predicate set from the lane index (benchmarks/NOTES.md, "Twentieth round").
 """
 
 from conftest import run_registers_script
