@@ -150,13 +150,18 @@ def compile_options(launch: Launch) -> tuple[dict, dict, dict, dict]:
     return signature, constants, attributes, options
 
 
+def _nvidia_tool(name: str) -> str:
+    """Path of one of the CUDA tools that Triton's NVIDIA backend ships (ptxas, nvdisasm)."""
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
 def ptxas_registers(launch: Launch) -> tuple[int, int]:
     """(registers per thread, bytes spilled per thread: stores) that ptxas gives the launch's kernel
     for sm_90a (with the plan's register cap, if it has one)."""
     signature, constants, attributes, options = compile_options(launch)
     compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
                               target=GPUTarget("cuda", 90, 32), options=options)
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    ptxas = _nvidia_tool("ptxas")
     with tempfile.TemporaryDirectory() as folder:
         ptx = os.path.join(folder, "kernel.ptx")
         with open(ptx, "w") as file:
@@ -304,7 +309,7 @@ def guarded_warp_collectives(cubin: bytes) -> list[str]:
     current kernels holds a guarded warp-collective instruction at all, so a new one is reported
     for inspection (a guard that is uniform across the warp would be harmless).
     """
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    nvdisasm = _nvidia_tool("nvdisasm")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "kernel.cubin")
         with open(path, "wb") as file:

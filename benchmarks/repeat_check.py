@@ -9,8 +9,8 @@ several processes share the GPU. This runs the calls of
 the test suite's ``Rollout``) ``--calls`` times per estimator and plan in each of ``--processes``
 processes at once (each its own seed), and prints, per estimator and plan, how many calls exceeded
 the float32 tolerance and the largest relative error seen. ``--done-rate 0.3`` makes most chunks
-end an episode in every row (maps that ignore the carry, which the look-back treats apart). It exits with status 1 if any call was
-wrong. Plans (``PLANS``): the default plan batch-major or time-major, time-major tiles with other
+end an episode in every row (maps that ignore the carry, which the look-back treats apart). It exits
+with status 1 if any call was wrong. Plans (``PLANS``): the default plan batch-major or time-major, time-major tiles with other
 warp counts, and splits into chunks of 16 steps through the tile override. On a CPU it runs the
 kernels through Triton's interpreter (``TRITON_INTERPRET=1``), which runs programs one after
 another and so cannot race: there it only checks the script.
