@@ -180,7 +180,8 @@ def plan_override(plan: str) -> dict:
     ``vN`` steps per vector load (1 turns vector loads off), ``rN`` at most N registers per
     thread (``r0``: no cap), ``p0``/``p1`` Retrace's programs that walk several chunks do not / do load
     the next one ahead (the other kernels always do), ``o1``/``o2``/``of`` Retrace in one pass / two passes / the fused kernel, ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
-    chunk per program)."""
+    chunk per program), ``fN`` the first of Retrace's two passes reads flat blocks of N values (``f0``:
+    ``[steps, actions]`` tiles)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
@@ -200,6 +201,8 @@ def plan_override(plan: str) -> dict:
             kw["retrace_kernels"] = {"o1": "one-pass", "o2": "two-pass", "of": "fused"}[token]
         elif token.startswith("m"):
             kw["walk_programs"] = int(token[1:])
+        elif token.startswith("f"):
+            kw["retrace_flat_values"] = int(token[1:])
     return kw
 
 

@@ -175,6 +175,61 @@ def test_out_of_range_action_at_chunk_edge(split, bad_step, kernels, make_rollou
     torch.testing.assert_close(advantages.double(), expected_advantages, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+# The first of two passes reads dense per-action tensors in flat blocks of whole steps (action counts
+# that are not powers of two by default): E is a segmented sum over each block, stored by the lane of a
+# step's last action. Blocks of 1024-8192 values (3 actions: 336-2720 steps per block, 100 actions: 16-80;
+# a shorter block at the end) and the tiled pass give the oracle's values, with the behaviour
+# probabilities and actions read through strides and an out-of-range action giving NaN.
+FIRST_PASS_CASES = [
+    *((actions, steps, flat, torch.float32) for actions, steps, flat in [
+        (3, 350, None), (3, 350, 8192), (5, 300, None), (18, 200, None), (18, 200, 0), (18, 200, 1024),
+        (33, 90, None), (100, 30, None), (100, 30, 0)]),
+    (5, 300, None, torch.float64), (18, 200, None, torch.float64), (18, 200, 0, torch.float64),
+]
+
+
+@pytest.mark.parametrize("num_actions, seq_len, flat_values, dtype", FIRST_PASS_CASES)
+def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, make_rollout, monkeypatch):
+    ro = make_rollout(3, seq_len, num_actions=num_actions, dtype=dtype)
+    bad_step = seq_len * 2 // 3
+    ro.actions[1, bad_step] = num_actions
+    ro.terminateds[1, bad_step:] = 0
+    ro.truncateds[1, bad_step:] = 0
+    ro.probs_behavior = every_other_step(ro.probs_behavior)
+    ro.actions = time_major_storage(ro.actions)
+    launched = []
+    launch = _launch._launch
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, *a, **m: launched.append(kernel.__name__) or launch(kernel, *a, **m))
+    tiles = _launch.tile_override(retrace_kernels="two-pass", retrace_flat_values=flat_values)
+    with _dispatch.use_backend("triton"), tiles:
+        targets, advantages = compute_retrace(**retrace_kwargs(ro))
+    flat = flat_values != 0 and (flat_values is not None or num_actions & (num_actions - 1) != 0)
+    assert launched[0] == ("retrace_flat_actions_kernel" if flat else "retrace_actions_kernel")
+    expected_targets, expected_advantages = oracle(ro)
+    assert targets[1, : bad_step + 1].isnan().any() and advantages[1, bad_step].isnan()
+    assert torch.isfinite(targets[[0, 2]]).all() and torch.isfinite(advantages[1, bad_step + 1 :]).all()
+    tolerance = TOLERANCE[dtype]
+    torch.testing.assert_close(targets.double(), expected_targets, rtol=tolerance, atol=tolerance, equal_nan=True)
+    torch.testing.assert_close(advantages.double(), expected_advantages, rtol=tolerance, atol=tolerance,
+                               equal_nan=True)
+
+
+@pytest.mark.parametrize("layout", [time_major_storage, lambda x: x[:, :, :-1]], ids=["time-major", "action-slice"])
+def test_first_pass_of_strided_action_tensors_takes_tiles(layout, make_rollout, monkeypatch):
+    ro = make_rollout(3, 100, num_actions=19)
+    ro.probs_target = layout(ro.probs_target)
+    ro.next_q_values_all = layout(ro.next_q_values_all)
+    ro.num_actions = ro.probs_target.shape[2]
+    ro.actions = ro.actions % ro.num_actions
+    launched = []
+    launch = _launch._launch
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, *a, **m: launched.append(kernel.__name__) or launch(kernel, *a, **m))
+    with _dispatch.use_backend("triton"), _launch.tile_override(retrace_kernels="two-pass"):
+        out = compute_retrace(**retrace_kwargs(ro))
+    assert launched[0] == "retrace_actions_kernel"
+    assert_outputs_rel(out, oracle(ro), TOLERANCE[torch.float32])
+
+
 # Outputs half as wide as the compute dtype (bf16/fp16 outputs of float32 compute, float32 outputs of
 # float64) hold E between the reduction and the scan as the two halves of its bits, and the ratios are
 # gathered from the inputs: the results are the wide outputs' values, rounded once (to nearest; Triton's

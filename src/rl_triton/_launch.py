@@ -25,6 +25,7 @@ from rl_triton.kernels.prefix_sum import episodic_scan_kernel
 from rl_triton.kernels.recurrence import linear_recurrence_kernel
 from rl_triton.kernels.retrace import (
     retrace_actions_kernel,
+    retrace_flat_actions_kernel,
     retrace_kernel,
     retrace_scan_kernel,
 )
@@ -263,6 +264,7 @@ class _Override:
     prefetch: bool | None = None
     walk_programs: int | None = None
     retrace_kernels: str | None = None
+    retrace_flat_values: int | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -282,6 +284,7 @@ def tile_override(
     prefetch: bool | None = None,
     walk_programs: int | None = None,
     retrace_kernels: str | None = None,
+    retrace_flat_values: int | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -292,12 +295,14 @@ def tile_override(
     walks segments makes about this many programs per multiprocessor (0: one chunk per program);
     ``retrace_kernels``: Retrace runs ``"one-pass"``, ``"two-pass"`` or ``"fused"`` (``retrace``) whatever
     the call (the tile sizes then apply to the kernel that scans), except outputs narrower than half
-    the compute dtype, which always take the one-pass kernel.
+    the compute dtype, which always take the one-pass kernel; ``retrace_flat_values``: the first of
+    Retrace's two passes reads dense per-action tensors in flat blocks of this many values where it can
+    (0: in ``[steps, actions]`` tiles).
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_kernels)
+                          walk_programs, retrace_kernels, retrace_flat_values)
     try:
         yield
     finally:
@@ -925,6 +930,17 @@ def retrace(
 # of 4 warps, at least 32 steps. Against 2048 and 8192 values, and 8 warps, on an H200 it was equal or
 # faster (18 actions 16384x512, % of the copy bandwidth: 74.6 against 74.5 and 59.7; -run9-retrace-passes).
 _RETRACE_ACTIONS_TILE_VALUES = 4096
+# Dense per-action tensors are read by the first pass in flat blocks of at least this many values
+# (float64: half), 512 per warp, for action counts that are not powers of two (which fill tiles of pairs
+# of lanes exactly)
+_RETRACE_FLAT_VALUES = 2048
+_RETRACE_FLAT_MAX_VALUES = 8192
+_RETRACE_FLAT_WARP_VALUES = 512
+
+
+def _flat_first_pass(num_actions: int) -> bool:
+    """Whether the first pass reads dense per-action tensors of ``num_actions`` actions in flat blocks."""
+    return num_actions & (num_actions - 1) != 0
 _RETRACE_ACTIONS_WARPS = 4
 _RETRACE_ACTIONS_LANES = 2
 # the longest batch-major rows that the fused Retrace kernel takes by default
@@ -1046,13 +1062,53 @@ def _retrace_kernels(
     return kernels, halves and kernels != "one-pass", plan
 
 
+def _retrace_flat_plan(
+    action_probs_target: torch.Tensor, next_q_values_all: torch.Tensor, targets: torch.Tensor,
+    advantages: torch.Tensor, dtype: torch.dtype, halves: bool,
+) -> tuple[int, int] | None:
+    """(steps, values) of a block of ``retrace_flat_actions_kernel``, or None where that kernel does not
+    apply: per-action tensors or outputs that are not dense and row-major, E split into halves, action
+    counts that ``_flat_first_pass`` leaves to the tiled kernel, and too many actions for a block.
+
+    A block holds a multiple of 16 steps, so that every block starts 16-byte aligned, and as many
+    values as fill most of a power-of-two block (the tail of the block is masked off).
+    """
+    num_actions = action_probs_target.shape[2]
+    values = _override.retrace_flat_values
+    if values is None:
+        values = _RETRACE_FLAT_VALUES if _flat_first_pass(num_actions) else 0
+        values //= 2 if dtype == torch.float64 else 1
+    if (not values or halves or not action_probs_target.is_contiguous() or not next_q_values_all.is_contiguous()
+            or not targets.is_contiguous() or not advantages.is_contiguous()):
+        return None
+    while values <= _RETRACE_FLAT_MAX_VALUES:
+        steps = values // num_actions // 16 * 16
+        if steps and steps * num_actions * 8 >= values * 7:
+            return steps, values
+        values *= 2
+    return None
+
+
 def _retrace_actions(
     targets: torch.Tensor, advantages: torch.Tensor, action_probs_target: torch.Tensor,
     action_probs_behavior: torch.Tensor, next_q_values_all: torch.Tensor, actions: torch.Tensor,
     dtype: torch.dtype, lanes: int, passes: int, halves: bool,
 ) -> None:
-    """The first of two passes: ``retrace_actions_kernel`` stores E and the ratios into the outputs."""
+    """The first of two passes: ``retrace_flat_actions_kernel`` or ``retrace_actions_kernel`` stores E
+    and the ratios into the outputs."""
     num_rows, seq_len, num_actions = action_probs_target.shape
+    flat = _retrace_flat_plan(action_probs_target, next_q_values_all, targets, advantages, dtype, halves)
+    if flat is not None:
+        block_steps, block_values = flat
+        _launch(
+            retrace_flat_actions_kernel, (triton.cdiv(num_rows * seq_len, block_steps),),
+            action_probs_target, next_q_values_all, action_probs_behavior, actions, targets, advantages,
+            num_rows * seq_len, seq_len, *action_probs_behavior.stride(), *actions.stride(),
+            NUM_ACTIONS=num_actions, BLOCK_STEPS=block_steps, STEP_LANES=triton.next_power_of_2(block_steps),
+            BLOCK_VALUES=block_values, DTYPE=_triton_dtype(dtype), num_warps=block_values // _RETRACE_FLAT_WARP_VALUES,
+            num_stages=1,
+        )
+        return
     group = lanes * passes
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     tile_values = _RETRACE_ACTIONS_TILE_VALUES // (2 if dtype == torch.float64 else 1)

@@ -437,6 +437,51 @@ def retrace_actions_kernel(
 
 
 @triton.jit
+def segment_sum(value_a, starts_a, value_b, starts_b):
+    # sums within segments: a value that starts a segment drops everything before it
+    return tl.where(starts_b, value_b, value_a + value_b), starts_a | starts_b
+
+
+@triton.jit
+def retrace_flat_actions_kernel(
+    probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
+    num_steps, seq_len, s_pb_row, s_pb_time, s_act_row, s_act_time,
+    NUM_ACTIONS: tl.constexpr, BLOCK_STEPS: tl.constexpr, STEP_LANES: tl.constexpr, BLOCK_VALUES: tl.constexpr,
+    DTYPE: tl.constexpr,
+):
+    """First pass over dense ``[rows, time, actions]`` tensors, of one block of ``BLOCK_STEPS`` steps.
+
+    The per-action values of a block of steps are one contiguous run of memory, read as such: 16-byte
+    vectors in every lane, whatever the number of actions (a ``[steps, actions]`` tile of 18 actions
+    leaves 14 of 32 lanes idle and cannot prove 16-byte alignment). E = sum_a pi * Q_next is a segmented
+    sum over that run, one segment per step, and is stored by the lane that holds the step's last
+    action. The ratio pi(a_t | s_t) / mu(a_t | s_t) is taken per step, by a gather from the same run.
+    The outputs are dense ``[rows, time]``; the behaviour probabilities and actions have any strides.
+    """
+    first_step = tl.program_id(0).to(tl.int64) * BLOCK_STEPS
+    lanes = tl.arange(0, BLOCK_VALUES)
+    flat = first_step * NUM_ACTIONS + lanes
+    mask = (lanes < BLOCK_STEPS * NUM_ACTIONS) & (flat < num_steps * NUM_ACTIONS)
+    probs = tl.load(probs_target_ptr + flat, mask=mask, other=0.0).to(DTYPE)
+    next_q = tl.load(next_q_ptr + flat, mask=mask, other=0.0).to(DTYPE)
+    action = lanes % NUM_ACTIONS
+    expected_next_q, _ = tl.associative_scan((probs * next_q, action == 0), 0, segment_sum)
+    tl.store(expected_ptr + first_step + lanes // NUM_ACTIONS,
+             expected_next_q.to(expected_ptr.dtype.element_ty), mask=mask & (action == NUM_ACTIONS - 1))
+    step_lanes = tl.arange(0, STEP_LANES)
+    steps = first_step + step_lanes
+    step_ok = (step_lanes < BLOCK_STEPS) & (steps < num_steps)
+    rows = steps // seq_len
+    times = steps - rows * seq_len
+    actions = tl.load(actions_ptr + rows * s_act_row + times * s_act_time, mask=step_ok, other=0)
+    in_range, taken_lane = taken_lanes(actions, NUM_ACTIONS)
+    taken = tl.load(probs_target_ptr + steps * NUM_ACTIONS + taken_lane, mask=step_ok & in_range, other=0.0)
+    behavior = tl.load(probs_behavior_ptr + rows * s_pb_row + times * s_pb_time, mask=step_ok, other=1.0)
+    ratio = tl.where(in_range, taken.to(DTYPE), float("nan")) / behavior.to(DTYPE)
+    tl.store(ratio_ptr + steps, ratio.to(ratio_ptr.dtype.element_ty), mask=step_ok)
+
+
+@triton.jit
 def load_stored_values(args, CONSTS: tl.constexpr, chunk, steps):
     """E, the ratio and the ratio of step t+1 of one chunk, in the scan's layout, from what the first pass
     (or this program, a barrier before) stored into the outputs (HALVES: E from its two halves, both
