@@ -180,23 +180,27 @@ def test_out_of_range_action_at_chunk_edge(split, bad_step, kernels, make_rollou
 # step's last action. Blocks of 1024-8192 values (3 actions: 336-2720 steps per block, 100 actions: 16-80;
 # a shorter block at the end) and the tiled pass give the oracle's values, with the behaviour
 # probabilities and actions read through strides and an out-of-range action giving NaN.
+# (actions, steps, values per block, dtype, per-step layout: row after row with a time stride of 2, whose
+# offsets need no division, or time-major actions)
 FIRST_PASS_CASES = [
-    *((actions, steps, flat, torch.float32) for actions, steps, flat in [
-        (3, 350, None), (3, 350, 8192), (5, 300, None), (18, 200, None), (18, 200, 0), (18, 200, 1024),
-        (33, 90, None), (100, 30, None), (100, 30, 0)]),
-    (5, 300, None, torch.float64), (18, 200, None, torch.float64), (18, 200, 0, torch.float64),
+    *((actions, steps, flat, torch.float32, layout) for actions, steps, flat, layout in [
+        (3, 350, None, "rows"), (3, 350, 8192, "time-major"), (5, 300, None, "time-major"), (18, 200, None, "rows"),
+        (18, 200, None, "time-major"), (18, 200, 0, "rows"), (18, 200, 2048, "rows"), (33, 90, None, "rows"),
+        (100, 30, None, "time-major"), (100, 30, 0, "rows")]),
+    (5, 300, None, torch.float64, "rows"), (18, 200, None, torch.float64, "time-major"),
+    (18, 200, 0, torch.float64, "rows"),
 ]
 
 
-@pytest.mark.parametrize("num_actions, seq_len, flat_values, dtype", FIRST_PASS_CASES)
-def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, make_rollout, monkeypatch):
+@pytest.mark.parametrize("num_actions, seq_len, flat_values, dtype, layout", FIRST_PASS_CASES)
+def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, layout, make_rollout, monkeypatch):
     ro = make_rollout(3, seq_len, num_actions=num_actions, dtype=dtype)
     bad_step = seq_len * 2 // 3
     ro.actions[1, bad_step] = num_actions
     ro.terminateds[1, bad_step:] = 0
     ro.truncateds[1, bad_step:] = 0
     ro.probs_behavior = every_other_step(ro.probs_behavior)
-    ro.actions = time_major_storage(ro.actions)
+    ro.actions = every_other_step(ro.actions) if layout == "rows" else time_major_storage(ro.actions)
     launched = []
     launch = _launch._launch
     monkeypatch.setattr(_launch, "_launch", lambda kernel, *a, **m: launched.append(kernel.__name__) or launch(kernel, *a, **m))

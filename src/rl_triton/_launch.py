@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -933,7 +934,7 @@ _RETRACE_ACTIONS_TILE_VALUES = 4096
 # Dense per-action tensors are read by the first pass in flat blocks of at least this many values
 # (float64: half), 512 per warp, for action counts that are not powers of two (which fill tiles of pairs
 # of lanes exactly)
-_RETRACE_FLAT_VALUES = 2048
+_RETRACE_FLAT_VALUES = 1024
 _RETRACE_FLAT_MAX_VALUES = 8192
 _RETRACE_FLAT_WARP_VALUES = 512
 
@@ -1070,8 +1071,8 @@ def _retrace_flat_plan(
     apply: per-action tensors or outputs that are not dense and row-major, E split into halves, action
     counts that ``_flat_first_pass`` leaves to the tiled kernel, and too many actions for a block.
 
-    A block holds a multiple of 16 steps, so that every block starts 16-byte aligned, and as many
-    values as fill most of a power-of-two block (the tail of the block is masked off).
+    A block holds as many whole steps as fill most of a power-of-two block (its tail is masked off), in
+    a multiple that starts every block 16-byte aligned.
     """
     num_actions = action_probs_target.shape[2]
     values = _override.retrace_flat_values
@@ -1081,8 +1082,10 @@ def _retrace_flat_plan(
     if (not values or halves or not action_probs_target.is_contiguous() or not next_q_values_all.is_contiguous()
             or not targets.is_contiguous() or not advantages.is_contiguous()):
         return None
+    # steps per block: a multiple of what starts every block 16-byte aligned
+    align = 16 // math.gcd(16, num_actions * action_probs_target.element_size(), num_actions * next_q_values_all.element_size())
     while values <= _RETRACE_FLAT_MAX_VALUES:
-        steps = values // num_actions // 16 * 16
+        steps = values // num_actions // align * align
         if steps and steps * num_actions * 8 >= values * 7:
             return steps, values
         values *= 2
@@ -1100,13 +1103,15 @@ def _retrace_actions(
     flat = _retrace_flat_plan(action_probs_target, next_q_values_all, targets, advantages, dtype, halves)
     if flat is not None:
         block_steps, block_values = flat
+        # a step's offset in the per-step inputs needs no division where both are stored row after row
+        row_major = num_rows == 1 or all(x.stride(0) == seq_len * x.stride(1) for x in (action_probs_behavior, actions))
         _launch(
             retrace_flat_actions_kernel, (triton.cdiv(num_rows * seq_len, block_steps),),
             action_probs_target, next_q_values_all, action_probs_behavior, actions, targets, advantages,
             num_rows * seq_len, seq_len, *action_probs_behavior.stride(), *actions.stride(),
             NUM_ACTIONS=num_actions, BLOCK_STEPS=block_steps, STEP_LANES=triton.next_power_of_2(block_steps),
-            BLOCK_VALUES=block_values, DTYPE=_triton_dtype(dtype), num_warps=block_values // _RETRACE_FLAT_WARP_VALUES,
-            num_stages=1,
+            BLOCK_VALUES=block_values, ROW_MAJOR=row_major, DTYPE=_triton_dtype(dtype),
+            num_warps=max(1, block_values // _RETRACE_FLAT_WARP_VALUES), num_stages=1,
         )
         return
     group = lanes * passes

@@ -447,7 +447,7 @@ def retrace_flat_actions_kernel(
     probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
     num_steps, seq_len, s_pb_row, s_pb_time, s_act_row, s_act_time,
     NUM_ACTIONS: tl.constexpr, BLOCK_STEPS: tl.constexpr, STEP_LANES: tl.constexpr, BLOCK_VALUES: tl.constexpr,
-    DTYPE: tl.constexpr,
+    ROW_MAJOR: tl.constexpr, DTYPE: tl.constexpr,
 ):
     """First pass over dense ``[rows, time, actions]`` tensors, of one block of ``BLOCK_STEPS`` steps.
 
@@ -456,7 +456,8 @@ def retrace_flat_actions_kernel(
     leaves 14 of 32 lanes idle and cannot prove 16-byte alignment). E = sum_a pi * Q_next is a segmented
     sum over that run, one segment per step, and is stored by the lane that holds the step's last
     action. The ratio pi(a_t | s_t) / mu(a_t | s_t) is taken per step, by a gather from the same run.
-    The outputs are dense ``[rows, time]``; the behaviour probabilities and actions have any strides.
+    The outputs are dense ``[rows, time]``; the behaviour probabilities and actions have any strides
+    (``ROW_MAJOR``: a row stride of ``seq_len`` time strides, where a step's offset needs no division).
     """
     first_step = tl.program_id(0).to(tl.int64) * BLOCK_STEPS
     lanes = tl.arange(0, BLOCK_VALUES)
@@ -471,12 +472,18 @@ def retrace_flat_actions_kernel(
     step_lanes = tl.arange(0, STEP_LANES)
     steps = first_step + step_lanes
     step_ok = (step_lanes < BLOCK_STEPS) & (steps < num_steps)
-    rows = steps // seq_len
-    times = steps - rows * seq_len
-    actions = tl.load(actions_ptr + rows * s_act_row + times * s_act_time, mask=step_ok, other=0)
+    if ROW_MAJOR:
+        action_offsets = steps * s_act_time
+        behavior_offsets = steps * s_pb_time
+    else:
+        rows = steps // seq_len
+        times = steps - rows * seq_len
+        action_offsets = rows * s_act_row + times * s_act_time
+        behavior_offsets = rows * s_pb_row + times * s_pb_time
+    actions = tl.load(actions_ptr + action_offsets, mask=step_ok, other=0)
     in_range, taken_lane = taken_lanes(actions, NUM_ACTIONS)
     taken = tl.load(probs_target_ptr + steps * NUM_ACTIONS + taken_lane, mask=step_ok & in_range, other=0.0)
-    behavior = tl.load(probs_behavior_ptr + rows * s_pb_row + times * s_pb_time, mask=step_ok, other=1.0)
+    behavior = tl.load(probs_behavior_ptr + behavior_offsets, mask=step_ok, other=1.0)
     ratio = tl.where(in_range, taken.to(DTYPE), float("nan")) / behavior.to(DTYPE)
     tl.store(ratio_ptr + steps, ratio.to(ratio_ptr.dtype.element_ty), mask=step_ok)
 
