@@ -199,6 +199,8 @@ def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: 
 
 def test_retrace_kernels_by_shape_and_output_dtype():
     fused, two = ["retrace_scan_kernel"], ["retrace_actions_kernel", "retrace_scan_kernel"]
+    # the first pass of 17-31 actions reads flat blocks
+    flat_two = ["retrace_flat_actions_kernel", "retrace_scan_kernel"]
 
     def halves(launches):
         return {meta["HALVES"] for meta in launches.values()}
@@ -227,14 +229,14 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     assert scan["WALK"] and scan["REDUCE"] and scan["AHEAD"] and scan["BLOCK_TIME"] == 256
     assert scan["num_warps"] == 2
     launches = retrace_launches(18, 2, 1 << 14, torch.float32)
-    assert list(launches) == two and not launches["retrace_scan_kernel"]["WALK"]
+    assert list(launches) == flat_two and not launches["retrace_scan_kernel"]["WALK"]
     # still shorter rows: two passes of one chunk per program, whatever the actions
     launches = retrace_launches(4, 2, 1 << 13, torch.float32)
     assert list(launches) == two and not launches["retrace_scan_kernel"]["WALK"]
     # of more actions in two passes (256 chunks of 256 steps, 16 programs per row); the redo of a segment's
     # head reduces the per-action tiles again, so the scan takes the real grouping
     launches = retrace_launches(18, 2, 1 << 16, torch.float32)
-    assert list(launches) == two
+    assert list(launches) == flat_two
     scan = launches["retrace_scan_kernel"]
     assert scan["WALK"] and not scan["REDUCE"] and not scan["AHEAD"] and scan["BLOCK_TIME"] == 256
     assert (scan["ACTION_LANES"], scan["ACTION_PASSES"]) == (2, 16) and scan["SUB_STEPS"] > 1
@@ -289,9 +291,17 @@ def test_time_major_retrace_splits_walk_or_take_one_pass():
 
 
 def test_retrace_two_pass_plans():
-    # the first pass: pairs of actions across lanes, ~4096 values per tile; the second: V-trace's kind
-    # of tiles, rows of up to 4096 steps in one chunk of up to 16 warps
+    # the first pass: 17-31 actions in flat blocks of whole steps, 512 values (256 of float64) in one warp;
+    # other counts of actions in pairs across lanes, ~4096 values per tile; the second: V-trace's kind of
+    # tiles, rows of up to 4096 steps in one chunk of up to 16 warps
     with _launch.tile_override(retrace_kernels="two-pass"):
+        flat = retrace_launches(18, 4096, 4096, torch.float32)["retrace_flat_actions_kernel"]
+        flat64 = retrace_launches(18, 4096, 4096, torch.float64, torch.float64)["retrace_flat_actions_kernel"]
+        flat_big = retrace_launches(31, 4096, 4096, torch.float32)["retrace_flat_actions_kernel"]
+    assert (flat["BLOCK_STEPS"], flat["BLOCK_VALUES"], flat["num_warps"], flat["ROW_MAJOR"]) == (28, 512, 1, True)
+    assert (flat64["BLOCK_STEPS"], flat64["BLOCK_VALUES"], flat64["num_warps"]) == (14, 256, 1)
+    assert (flat_big["BLOCK_STEPS"], flat_big["BLOCK_VALUES"]) == (16, 512)
+    with _launch.tile_override(retrace_kernels="two-pass", retrace_flat_values=0):
         wide = retrace_launches(18, 4096, 4096, torch.float32)
     assert (wide["retrace_actions_kernel"]["ACTION_LANES"], wide["retrace_actions_kernel"]["ACTION_PASSES"]) == (2, 16)
     assert wide["retrace_actions_kernel"]["BLOCK_TIME"] == 128

@@ -175,19 +175,17 @@ def test_out_of_range_action_at_chunk_edge(split, bad_step, kernels, make_rollou
     torch.testing.assert_close(advantages.double(), expected_advantages, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
-# The first of two passes reads dense per-action tensors in flat blocks of whole steps (action counts
-# that are not powers of two by default): E is a segmented sum over each block, stored by the lane of a
-# step's last action. Blocks of 1024-8192 values (3 actions: 336-2720 steps per block, 100 actions: 16-80;
-# a shorter block at the end) and the tiled pass give the oracle's values, with the behaviour
-# probabilities and actions read through strides and an out-of-range action giving NaN.
-# (actions, steps, values per block, dtype, per-step layout: row after row with a time stride of 2, whose
-# offsets need no division, or time-major actions)
+# The first of two passes reads dense per-action tensors in flat blocks of whole steps (17-31 actions by
+# default): E is a segmented sum over each block, stored by the lane of a step's last action. Blocks of
+# 512-8192 values (3 actions: 168-2728 steps per block, 100 actions: 40) and the tiled pass give the
+# oracle's values, with the behaviour probabilities and actions read through strides (row after row, whose
+# offsets need no division, or time-major actions) and an out-of-range action giving NaN.
 FIRST_PASS_CASES = [
     *((actions, steps, flat, torch.float32, layout) for actions, steps, flat, layout in [
-        (3, 350, None, "rows"), (3, 350, 8192, "time-major"), (5, 300, None, "time-major"), (18, 200, None, "rows"),
-        (18, 200, None, "time-major"), (18, 200, 0, "rows"), (18, 200, 2048, "rows"), (33, 90, None, "rows"),
-        (100, 30, None, "time-major"), (100, 30, 0, "rows")]),
-    (5, 300, None, torch.float64, "rows"), (18, 200, None, torch.float64, "time-major"),
+        (3, 350, 512, "rows"), (3, 350, 8192, "time-major"), (5, 300, 1024, "time-major"), (18, 200, None, "rows"),
+        (18, 200, None, "time-major"), (18, 200, 0, "rows"), (18, 200, 2048, "rows"), (20, 150, None, "time-major"),
+        (33, 90, 512, "rows"), (100, 30, None, "time-major"), (100, 30, 4096, "rows")]),
+    (5, 300, 512, torch.float64, "rows"), (18, 200, None, torch.float64, "time-major"),
     (18, 200, 0, torch.float64, "rows"),
 ]
 
@@ -207,7 +205,7 @@ def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, lay
     tiles = _launch.tile_override(retrace_kernels="two-pass", retrace_flat_values=flat_values)
     with _dispatch.use_backend("triton"), tiles:
         targets, advantages = compute_retrace(**retrace_kwargs(ro))
-    flat = flat_values != 0 and (flat_values is not None or num_actions & (num_actions - 1) != 0)
+    flat = flat_values != 0 and (flat_values is not None or _launch._flat_first_pass(num_actions))
     assert launched[0] == ("retrace_flat_actions_kernel" if flat else "retrace_actions_kernel")
     expected_targets, expected_advantages = oracle(ro)
     assert targets[1, : bad_step + 1].isnan().any() and advantages[1, bad_step].isnan()

@@ -931,17 +931,22 @@ def retrace(
 # of 4 warps, at least 32 steps. Against 2048 and 8192 values, and 8 warps, on an H200 it was equal or
 # faster (18 actions 16384x512, % of the copy bandwidth: 74.6 against 74.5 and 59.7; -run9-retrace-passes).
 _RETRACE_ACTIONS_TILE_VALUES = 4096
-# Dense per-action tensors are read by the first pass in flat blocks of at least this many values
-# (float64: half), 512 per warp, for action counts that are not powers of two (which fill tiles of pairs
-# of lanes exactly)
-_RETRACE_FLAT_VALUES = 1024
+# Dense per-action tensors of 17-31 actions are read by the first pass in flat blocks of 512 values (float64:
+# 256) in one warp. Measured on an H200, the first pass alone, % of the copy ceiling, tiles of pairs of
+# lanes -> flat blocks of 512 values in one warp / 1024 in one warp / 1024 in two, median of 7 interleaved
+# rounds (benchmarks/results/h200-2026-12-02-run22-flat-first-pass.txt): 18 actions 8x2^21 85.6 -> 92.0 /
+# 85.3 / 82.1, 4096x4096 85.1 -> 90.5, 64x16384 76.5 -> 81.3, 8x131072 77.4 -> 82.1; 5 actions 98.6 -> 91.0,
+# 12 actions 101.9 -> 100.7, 4 actions 98.2 -> 100.3. A scan across warps costs more than the tiles'
+# idle lanes: 2048 values in four warps read 78.2 at 18 actions.
+_RETRACE_FLAT_VALUES = 512
 _RETRACE_FLAT_MAX_VALUES = 8192
 _RETRACE_FLAT_WARP_VALUES = 512
 
 
 def _flat_first_pass(num_actions: int) -> bool:
-    """Whether the first pass reads dense per-action tensors of ``num_actions`` actions in flat blocks."""
-    return num_actions & (num_actions - 1) != 0
+    """Whether the first pass reads dense per-action tensors of ``num_actions`` actions in flat blocks:
+    where a group of 32 lanes holds them with 1-15 lanes idle (fewer actions fill their tiles better)."""
+    return 16 < num_actions < 32
 _RETRACE_ACTIONS_WARPS = 4
 _RETRACE_ACTIONS_LANES = 2
 # the longest batch-major rows that the fused Retrace kernel takes by default
@@ -1065,11 +1070,11 @@ def _retrace_kernels(
 
 def _retrace_flat_plan(
     action_probs_target: torch.Tensor, next_q_values_all: torch.Tensor, targets: torch.Tensor,
-    advantages: torch.Tensor, dtype: torch.dtype, halves: bool,
+    advantages: torch.Tensor, dtype: torch.dtype,
 ) -> tuple[int, int] | None:
     """(steps, values) of a block of ``retrace_flat_actions_kernel``, or None where that kernel does not
-    apply: per-action tensors or outputs that are not dense and row-major, E split into halves, action
-    counts that ``_flat_first_pass`` leaves to the tiled kernel, and too many actions for a block.
+    apply: per-action tensors or outputs that are not dense and row-major, action counts that
+    ``_flat_first_pass`` leaves to the tiled kernel, and too many actions for a block.
 
     A block holds as many whole steps as fill most of a power-of-two block (its tail is masked off), in
     a multiple that starts every block 16-byte aligned.
@@ -1079,11 +1084,12 @@ def _retrace_flat_plan(
     if values is None:
         values = _RETRACE_FLAT_VALUES if _flat_first_pass(num_actions) else 0
         values //= 2 if dtype == torch.float64 else 1
-    if (not values or halves or not action_probs_target.is_contiguous() or not next_q_values_all.is_contiguous()
+    if (not values or not action_probs_target.is_contiguous() or not next_q_values_all.is_contiguous()
             or not targets.is_contiguous() or not advantages.is_contiguous()):
         return None
     # steps per block: a multiple of what starts every block 16-byte aligned
-    align = 16 // math.gcd(16, num_actions * action_probs_target.element_size(), num_actions * next_q_values_all.element_size())
+    align = 16 // math.gcd(16, num_actions * action_probs_target.element_size(),
+                           num_actions * next_q_values_all.element_size())
     while values <= _RETRACE_FLAT_MAX_VALUES:
         steps = values // num_actions // align * align
         if steps and steps * num_actions * 8 >= values * 7:
@@ -1100,7 +1106,7 @@ def _retrace_actions(
     """The first of two passes: ``retrace_flat_actions_kernel`` or ``retrace_actions_kernel`` stores E
     and the ratios into the outputs."""
     num_rows, seq_len, num_actions = action_probs_target.shape
-    flat = _retrace_flat_plan(action_probs_target, next_q_values_all, targets, advantages, dtype, halves)
+    flat = _retrace_flat_plan(action_probs_target, next_q_values_all, targets, advantages, dtype)
     if flat is not None:
         block_steps, block_values = flat
         # a step's offset in the per-step inputs needs no division where both are stored row after row
@@ -1110,7 +1116,7 @@ def _retrace_actions(
             action_probs_target, next_q_values_all, action_probs_behavior, actions, targets, advantages,
             num_rows * seq_len, seq_len, *action_probs_behavior.stride(), *actions.stride(),
             NUM_ACTIONS=num_actions, BLOCK_STEPS=block_steps, STEP_LANES=triton.next_power_of_2(block_steps),
-            BLOCK_VALUES=block_values, ROW_MAJOR=row_major, DTYPE=_triton_dtype(dtype),
+            BLOCK_VALUES=block_values, ROW_MAJOR=row_major, DTYPE=_triton_dtype(dtype), HALVES=halves,
             num_warps=max(1, block_values // _RETRACE_FLAT_WARP_VALUES), num_stages=1,
         )
         return

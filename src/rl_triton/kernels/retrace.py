@@ -307,6 +307,12 @@ def retrace_kernel(
 def store_bit_halves(high_ptr, low_ptr, rows, row_stride, steps, time_stride, values, mask, DTYPE: tl.constexpr):
     """``values`` (float32 or float64) as the high and the low half of their bits, one half per output of
     half their width (bf16/fp16 or float32 outputs): exact where one such output could not hold them."""
+    store_halves_at(high_ptr, low_ptr, rows[:, None] * row_stride + steps[None, :] * time_stride, values, mask, DTYPE)
+
+
+@triton.jit
+def store_halves_at(high_ptr, low_ptr, offsets, values, mask, DTYPE: tl.constexpr):
+    """``store_bit_halves`` at element ``offsets`` of both outputs."""
     if DTYPE == tl.float64:
         bits = values.to(tl.int64, bitcast=True)
         high = (bits >> 32).to(tl.int32)
@@ -317,8 +323,8 @@ def store_bit_halves(high_ptr, low_ptr, rows, row_stride, steps, time_stride, va
         high = (bits >> 16).to(tl.int16)
         low = bits.to(tl.int16)
         half_type: tl.constexpr = tl.int16
-    store_tile(high_ptr.to(tl.pointer_type(half_type)), rows, row_stride, steps, time_stride, high, mask)
-    store_tile(low_ptr.to(tl.pointer_type(half_type)), rows, row_stride, steps, time_stride, low, mask)
+    tl.store(high_ptr.to(tl.pointer_type(half_type)) + offsets, high, mask=mask)
+    tl.store(low_ptr.to(tl.pointer_type(half_type)) + offsets, low, mask=mask)
 
 
 @triton.jit
@@ -447,7 +453,7 @@ def retrace_flat_actions_kernel(
     probs_target_ptr, next_q_ptr, probs_behavior_ptr, actions_ptr, expected_ptr, ratio_ptr,
     num_steps, seq_len, s_pb_row, s_pb_time, s_act_row, s_act_time,
     NUM_ACTIONS: tl.constexpr, BLOCK_STEPS: tl.constexpr, STEP_LANES: tl.constexpr, BLOCK_VALUES: tl.constexpr,
-    ROW_MAJOR: tl.constexpr, DTYPE: tl.constexpr,
+    ROW_MAJOR: tl.constexpr, DTYPE: tl.constexpr, HALVES: tl.constexpr,
 ):
     """First pass over dense ``[rows, time, actions]`` tensors, of one block of ``BLOCK_STEPS`` steps.
 
@@ -458,6 +464,7 @@ def retrace_flat_actions_kernel(
     action. The ratio pi(a_t | s_t) / mu(a_t | s_t) is taken per step, by a gather from the same run.
     The outputs are dense ``[rows, time]``; the behaviour probabilities and actions have any strides
     (``ROW_MAJOR``: a row stride of ``seq_len`` time strides, where a step's offset needs no division).
+    ``HALVES``: E alone, as ``store_bit_halves`` stores it (the scan takes the ratios from the inputs).
     """
     first_step = tl.program_id(0).to(tl.int64) * BLOCK_STEPS
     lanes = tl.arange(0, BLOCK_VALUES)
@@ -467,8 +474,13 @@ def retrace_flat_actions_kernel(
     next_q = tl.load(next_q_ptr + flat, mask=mask, other=0.0).to(DTYPE)
     action = lanes % NUM_ACTIONS
     expected_next_q, _ = tl.associative_scan((probs * next_q, action == 0), 0, segment_sum)
-    tl.store(expected_ptr + first_step + lanes // NUM_ACTIONS,
-             expected_next_q.to(expected_ptr.dtype.element_ty), mask=mask & (action == NUM_ACTIONS - 1))
+    last_actions = mask & (action == NUM_ACTIONS - 1)
+    if HALVES:
+        store_halves_at(expected_ptr, ratio_ptr, first_step + lanes // NUM_ACTIONS, expected_next_q, last_actions,
+                        DTYPE)
+        return
+    tl.store(expected_ptr + first_step + lanes // NUM_ACTIONS, expected_next_q.to(expected_ptr.dtype.element_ty),
+             mask=last_actions)
     step_lanes = tl.arange(0, STEP_LANES)
     steps = first_step + step_lanes
     step_ok = (step_lanes < BLOCK_STEPS) & (steps < num_steps)
