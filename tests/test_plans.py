@@ -301,6 +301,9 @@ def test_retrace_two_pass_plans():
     assert (flat["BLOCK_STEPS"], flat["BLOCK_VALUES"], flat["num_warps"], flat["ROW_MAJOR"]) == (28, 512, 1, True)
     assert (flat64["BLOCK_STEPS"], flat64["BLOCK_VALUES"], flat64["num_warps"]) == (14, 256, 1)
     assert (flat_big["BLOCK_STEPS"], flat_big["BLOCK_VALUES"]) == (16, 512)
+    # 16-bit per-action tensors keep the tiles
+    with _launch.tile_override(retrace_kernels="two-pass"):
+        assert "retrace_actions_kernel" in retrace_launches(18, 4096, 4096, torch.bfloat16, torch.bfloat16)
     with _launch.tile_override(retrace_kernels="two-pass", retrace_flat_values=0):
         wide = retrace_launches(18, 4096, 4096, torch.float32)
     assert (wide["retrace_actions_kernel"]["ACTION_LANES"], wide["retrace_actions_kernel"]["ACTION_PASSES"]) == (2, 16)

@@ -937,7 +937,9 @@ _RETRACE_ACTIONS_TILE_VALUES = 4096
 # rounds (benchmarks/results/h200-2026-12-02-run22-flat-first-pass.txt): 18 actions 8x2^21 85.6 -> 92.0 /
 # 85.3 / 82.1, 4096x4096 85.1 -> 90.5, 64x16384 76.5 -> 81.3, 8x131072 77.4 -> 82.1; 5 actions 98.6 -> 91.0,
 # 12 actions 101.9 -> 100.7, 4 actions 98.2 -> 100.3. A scan across warps costs more than the tiles'
-# idle lanes: 2048 values in four warps read 78.2 at 18 actions.
+# idle lanes: 2048 values in four warps read 78.2 at 18 actions. 16-bit per-action tensors keep the tiles:
+# the whole call with bf16 values and uint8 flags, 18 actions, read 50.7 -> 37.2 at 8x2^21 and 46.4 -> 35.1
+# at 4096x4096 in flat blocks (-run22-tune-retrace.txt).
 _RETRACE_FLAT_VALUES = 512
 _RETRACE_FLAT_MAX_VALUES = 8192
 _RETRACE_FLAT_WARP_VALUES = 512
@@ -1074,7 +1076,8 @@ def _retrace_flat_plan(
 ) -> tuple[int, int] | None:
     """(steps, values) of a block of ``retrace_flat_actions_kernel``, or None where that kernel does not
     apply: per-action tensors or outputs that are not dense and row-major, action counts that
-    ``_flat_first_pass`` leaves to the tiled kernel, and too many actions for a block.
+    ``_flat_first_pass`` leaves to the tiled kernel, 16-bit per-action tensors, and too many actions for a
+    block.
 
     A block holds as many whole steps as fill most of a power-of-two block (its tail is masked off), in
     a multiple that starts every block 16-byte aligned.
@@ -1082,7 +1085,8 @@ def _retrace_flat_plan(
     num_actions = action_probs_target.shape[2]
     values = _override.retrace_flat_values
     if values is None:
-        values = _RETRACE_FLAT_VALUES if _flat_first_pass(num_actions) else 0
+        wide = min(action_probs_target.element_size(), next_q_values_all.element_size()) >= 4
+        values = _RETRACE_FLAT_VALUES if _flat_first_pass(num_actions) and wide else 0
         values //= 2 if dtype == torch.float64 else 1
     if (not values or not action_probs_target.is_contiguous() or not next_q_values_all.is_contiguous()
             or not targets.is_contiguous() or not advantages.is_contiguous()):
