@@ -933,13 +933,14 @@ def retrace(
 _RETRACE_ACTIONS_TILE_VALUES = 4096
 # Dense per-action tensors of 17-31 actions are read by the first pass in flat blocks of 512 values (float64:
 # 256) in one warp. Measured on an H200, the first pass alone, % of the copy ceiling, tiles of pairs of
-# lanes -> flat blocks of 512 values in one warp / 1024 in one warp / 1024 in two, median of 7 interleaved
-# rounds (benchmarks/results/h200-2026-12-02-run22-flat-first-pass.txt): 18 actions 8x2^21 85.6 -> 92.0 /
-# 85.3 / 82.1, 4096x4096 85.1 -> 90.5, 64x16384 76.5 -> 81.3, 8x131072 77.4 -> 82.1; 5 actions 98.6 -> 91.0,
-# 12 actions 101.9 -> 100.7, 4 actions 98.2 -> 100.3. A scan across warps costs more than the tiles'
-# idle lanes: 2048 values in four warps read 78.2 at 18 actions. 16-bit per-action tensors keep the tiles:
-# the whole call with bf16 values and uint8 flags, 18 actions, read 50.7 -> 37.2 at 8x2^21 and 46.4 -> 35.1
-# at 4096x4096 in flat blocks (-run22-tune-retrace.txt).
+# lanes -> flat blocks of 512 values in one warp / 1024 in one warp / 1024 in two warps, median of 7
+# interleaved rounds (benchmarks/retrace_first_pass.py, benchmarks/results/h200-2026-12-02-run22-first-pass.txt):
+# 18 actions 8x2^21 85.8 -> 92.6 / 85.4 / 82.2, 4096x4096 86.1 -> 93.0, 64x16384 76.6 -> 81.4, 8x131072
+# 76.7 -> 81.3; 5 actions 97.1 -> 90.0, 12 actions 101.4 -> 100.3, 4 actions 98.9 -> 100.3. A scan across
+# warps costs more than the tiles' idle lanes (2048 values in four warps: 78% at 18 actions,
+# -run22-flat-first-pass.txt). 16-bit per-action tensors keep the tiles: the whole call with bf16 values
+# and uint8 flags, 18 actions, read 50.7 -> 37.2% at 8x2^21 and 46.4 -> 35.1% at 4096x4096 in flat blocks
+# (-run22-tune-retrace.txt).
 _RETRACE_FLAT_VALUES = 512
 _RETRACE_FLAT_MAX_VALUES = 8192
 _RETRACE_FLAT_WARP_VALUES = 512
