@@ -12,8 +12,11 @@ the inputs by the same code. Where its programs walk segments and the actions fi
 (``AHEAD``), each next chunk's per-action tiles are loaded with its other inputs before the current
 chunk is scanned, and reduced when their chunk's turn comes (``retrace_ahead_*``).
 
-``retrace_actions_kernel`` then ``retrace_scan_kernel`` without ``REDUCE`` do the same in two
-launches (other time splits, and time-major rows): a streaming reduction with no scan, then the scan.
+``retrace_actions_kernel`` (or ``retrace_flat_actions_kernel``) then ``retrace_scan_kernel`` without
+``REDUCE`` do the same in two launches (other time splits, and time-major rows): a streaming reduction
+with no scan, then the scan. The flat kernel reads dense per-action tensors of 17-31 actions as one
+contiguous run of memory per block of steps and sums each step's actions by a segmented scan; the tiled
+kernel reads ``[rows, time, passes, lanes]`` tiles (below).
 The ratio of step t+1 is read at t from the advantages inside a chunk (still the first pass's
 value: every program stores only the chunk it has loaded) and recomputed from the inputs at a
 chunk's edge, so no program reads a value another has overwritten. A walked segment's redo would
