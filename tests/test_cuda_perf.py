@@ -150,6 +150,7 @@ BANDWIDTH_CASES = [
     pytest.param("retrace", 16384, 512, 4, 75, id="retrace4-16384x512"),
     pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024"),
     pytest.param("retrace", 8, 1 << 21, 4, 75, id="retrace4-8x2097152"),
+    pytest.param("retrace", 8, 1 << 21, 18, 75, id="retrace18-8x2097152"),
 ]
 
 
