@@ -17,43 +17,12 @@ import statistics
 
 import torch
 import triton
-from tune import copy_ceiling
+from tune import captured_graph, copy_ceiling, replay_ms
 
 from rl_triton import _launch
 
 # (label, values per block: 0 for the tiles, values per warp)
 VARIANTS = (("tiles", 0, 512), ("flat512w1", 512, 512), ("flat1024w2", 1024, 512), ("flat1024w1", 1024, 1024))
-
-
-def captured(calls: list) -> torch.cuda.CUDAGraph:
-    """One CUDA graph of ``calls`` (each run once before, outside the graph)."""
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls:
-            call()
-        with torch.cuda.graph(graph, stream=stream):
-            for call in calls:
-                call()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    return graph
-
-
-def replay_ms(graph: torch.cuda.CUDAGraph) -> float:
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def first_pass(inputs: tuple, flat_values: int, warp_values: int, lanes: int, passes: int):
@@ -103,11 +72,11 @@ def main() -> None:
                 error = ((got.double() - want).abs().max() / want.abs().max()).item()
                 if not error < 1e-5:
                     raise SystemExit(f"{shape} {label}: relative error {error:.1e} against float64")
-            graphs[label] = (captured(calls), len(calls))
+            graphs[label] = (captured_graph(calls), len(calls))
         shares: dict[str, list[float]] = {label: [] for label in graphs}
         for _ in range(args.rounds):
             for label, (graph, count) in graphs.items():
-                shares[label].append(100 * moved / (replay_ms(graph) / count * 1e-3) / ceiling)
+                shares[label].append(100 * moved / (replay_ms(graph, 5) / count * 1e-3) / ceiling)
         print(f"{shape}: " + "  ".join(f"{label} {statistics.median(v):5.1f} ({min(v):5.1f}-{max(v):5.1f})"
                                        for label, v in shares.items()), flush=True)
         del graphs, sets

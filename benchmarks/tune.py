@@ -148,31 +148,41 @@ def rel_err(out, ref) -> float:
     return max(((o.double() - r).norm() / r.norm().clamp_min(1e-300)).item() for o, r in zip(as_tuple(out), ref))
 
 
-def graph_time_ms(fn, sets: list) -> float:
-    """Median device time of one call, from CUDA-graph replays over rotating input sets."""
-    for fn_i in sets:
-        fn_i()
+def captured_graph(calls: list) -> torch.cuda.CUDAGraph:
+    """One CUDA graph of ``calls``, each run twice before (once outside the capture's stream)."""
+    for call in calls:
+        call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for fn_i in sets:
-            fn_i()
+        for call in calls:
+            call()
         with torch.cuda.graph(graph, stream=stream):
-            for fn_i in sets:
-                fn_i()
+            for call in calls:
+                call()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
+    return graph
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    """Median time of one replay of ``graph`` over ``replays`` replays (CUDA events)."""
     times = []
-    for _ in range(15):
+    for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / len(sets))
+        times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def graph_time_ms(fn, sets: list) -> float:
+    """Median device time of one call, from CUDA-graph replays over rotating input sets."""
+    return replay_ms(captured_graph(sets), 15) / len(sets)
 
 
 def plan_override(plan: str) -> dict:
