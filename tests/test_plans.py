@@ -301,6 +301,12 @@ def test_retrace_two_pass_plans():
     assert (flat["BLOCK_STEPS"], flat["BLOCK_VALUES"], flat["num_warps"], flat["ROW_MAJOR"]) == (28, 512, 1, True)
     assert (flat64["BLOCK_STEPS"], flat64["BLOCK_VALUES"], flat64["num_warps"]) == (14, 256, 1)
     assert (flat_big["BLOCK_STEPS"], flat_big["BLOCK_VALUES"]) == (16, 512)
+    # 2^31 values or more keep the tiles (the flat kernel's bound on its values is a 32-bit product)
+    def flat_plan(rows, steps):
+        per_action, per_step = (torch.empty(rows, steps, 18, device="meta"), torch.empty(rows, steps, device="meta"))
+        return _launch._retrace_flat_plan(per_action, per_action, per_step, per_step, torch.float32)
+
+    assert flat_plan(2**21 * 113 // 2, 1) == (28, 512) and flat_plan(1, 2**31 // 18 + 1) is None
     # 16-bit per-action tensors keep the tiles
     with _launch.tile_override(retrace_kernels="two-pass"):
         assert "retrace_actions_kernel" in retrace_launches(18, 4096, 4096, torch.bfloat16, torch.bfloat16)

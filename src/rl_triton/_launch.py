@@ -1077,8 +1077,8 @@ def _retrace_flat_plan(
 ) -> tuple[int, int] | None:
     """(steps, values) of a block of ``retrace_flat_actions_kernel``, or None where that kernel does not
     apply: per-action tensors or outputs that are not dense and row-major, action counts that
-    ``_flat_first_pass`` leaves to the tiled kernel, 16-bit per-action tensors, and too many actions for a
-    block.
+    ``_flat_first_pass`` leaves to the tiled kernel, 16-bit per-action tensors, 2^31 values or more, and
+    too many actions for a block.
 
     A block holds as many whole steps as fill most of a power-of-two block (its tail is masked off), in
     a multiple that starts every block 16-byte aligned.
@@ -1090,7 +1090,9 @@ def _retrace_flat_plan(
         values = _RETRACE_FLAT_VALUES if _flat_first_pass(num_actions) and wide else 0
         values //= 2 if dtype == torch.float64 else 1
     if (not values or not action_probs_target.is_contiguous() or not next_q_values_all.is_contiguous()
-            or not targets.is_contiguous() or not advantages.is_contiguous()):
+            or not targets.is_contiguous() or not advantages.is_contiguous()
+            # the kernel bounds its values by a product in 32 bits where the steps fit them
+            or action_probs_target.numel() >= 2**31):
         return None
     # steps per block: a multiple of what starts every block 16-byte aligned
     align = 16 // math.gcd(16, num_actions * action_probs_target.element_size(),
