@@ -931,6 +931,8 @@ def retrace(
 # of 4 warps, at least 32 steps. Against 2048 and 8192 values, and 8 warps, on an H200 it was equal or
 # faster (18 actions 16384x512, % of the copy bandwidth: 74.6 against 74.5 and 59.7; -run9-retrace-passes).
 _RETRACE_ACTIONS_TILE_VALUES = 4096
+_RETRACE_ACTIONS_WARPS = 4
+_RETRACE_ACTIONS_LANES = 2
 # Dense per-action tensors of 17-31 actions are read by the first pass in flat blocks of 512 values (float64:
 # 256) in one warp. Measured on an H200, the first pass alone, % of the copy ceiling, tiles of pairs of
 # lanes -> flat blocks of 512 values in one warp / 1024 in one warp / 1024 in two warps, median of 7
@@ -950,8 +952,8 @@ def _flat_first_pass(num_actions: int) -> bool:
     """Whether the first pass reads dense per-action tensors of ``num_actions`` actions in flat blocks:
     where a group of 32 lanes holds them with 1-15 lanes idle (fewer actions fill their tiles better)."""
     return 16 < num_actions < 32
-_RETRACE_ACTIONS_WARPS = 4
-_RETRACE_ACTIONS_LANES = 2
+
+
 # the longest batch-major rows that the fused Retrace kernel takes by default
 _RETRACE_FUSED_MAX_STEPS = 1024
 # Walked segments of the fused Retrace kernel: 512-step chunks, about 4 programs per multiprocessor; the
