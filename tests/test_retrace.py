@@ -175,6 +175,20 @@ def test_out_of_range_action_at_chunk_edge(split, bad_step, kernels, make_rollou
     torch.testing.assert_close(advantages.double(), expected_advantages, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+@pytest.fixture
+def launched(monkeypatch) -> list[str]:
+    """Names of the kernels that calls launch, in order (the launches still run)."""
+    names: list[str] = []
+    launch = _launch._launch
+
+    def logged(kernel, *args, **meta):
+        names.append(kernel.__name__)
+        return launch(kernel, *args, **meta)
+
+    monkeypatch.setattr(_launch, "_launch", logged)
+    return names
+
+
 # The first of two passes reads dense per-action tensors in flat blocks of whole steps (17-31 actions by
 # default): E is a segmented sum over each block, stored by the lane of a step's last action. Blocks of
 # 512-8192 values (3 actions: 168-2728 steps per block, 100 actions: 40) and the tiled pass give the
@@ -191,7 +205,7 @@ FIRST_PASS_CASES = [
 
 
 @pytest.mark.parametrize("num_actions, seq_len, flat_values, dtype, layout", FIRST_PASS_CASES)
-def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, layout, make_rollout, monkeypatch):
+def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, layout, make_rollout, launched):
     ro = make_rollout(3, seq_len, num_actions=num_actions, dtype=dtype)
     bad_step = seq_len * 2 // 3
     ro.actions[1, bad_step] = num_actions
@@ -199,9 +213,6 @@ def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, lay
     ro.truncateds[1, bad_step:] = 0
     ro.probs_behavior = every_other_step(ro.probs_behavior)
     ro.actions = every_other_step(ro.actions) if layout == "rows" else time_major_storage(ro.actions)
-    launched = []
-    launch = _launch._launch
-    monkeypatch.setattr(_launch, "_launch", lambda kernel, *a, **m: launched.append(kernel.__name__) or launch(kernel, *a, **m))
     tiles = _launch.tile_override(retrace_kernels="two-pass", retrace_flat_values=flat_values)
     with _dispatch.use_backend("triton"), tiles:
         targets, advantages = compute_retrace(**retrace_kwargs(ro))
@@ -217,15 +228,12 @@ def test_first_pass_in_flat_blocks(num_actions, seq_len, flat_values, dtype, lay
 
 
 @pytest.mark.parametrize("layout", [time_major_storage, lambda x: x[:, :, :-1]], ids=["time-major", "action-slice"])
-def test_first_pass_of_strided_action_tensors_takes_tiles(layout, make_rollout, monkeypatch):
+def test_first_pass_of_strided_action_tensors_takes_tiles(layout, make_rollout, launched):
     ro = make_rollout(3, 100, num_actions=19)
     ro.probs_target = layout(ro.probs_target)
     ro.next_q_values_all = layout(ro.next_q_values_all)
     ro.num_actions = ro.probs_target.shape[2]
     ro.actions = ro.actions % ro.num_actions
-    launched = []
-    launch = _launch._launch
-    monkeypatch.setattr(_launch, "_launch", lambda kernel, *a, **m: launched.append(kernel.__name__) or launch(kernel, *a, **m))
     with _dispatch.use_backend("triton"), _launch.tile_override(retrace_kernels="two-pass"):
         out = compute_retrace(**retrace_kwargs(ro))
     assert launched[0] == "retrace_actions_kernel"
