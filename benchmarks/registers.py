@@ -97,7 +97,8 @@ def record_launches(call: Callable[[], None]) -> list[Launch]:
     launches: list[Launch] = []
 
     def record(kernel: triton.runtime.JITFunction, grid: tuple[int, ...], *args: object, **meta: object) -> None:
-        launches.append(Launch(kernel, grid, args, meta))
+        # as the launcher does: tiles are grouped only where every [rows, time] tensor allows it
+        launches.append(Launch(kernel, grid, args, _launch._grouped_meta(args, meta)))
 
     _launch._default_plan.cache_clear()
     try:

@@ -76,7 +76,7 @@ def main() -> None:
         shares: dict[str, list[float]] = {label: [] for label in graphs}
         for _ in range(args.rounds):
             for label, (graph, count) in graphs.items():
-                shares[label].append(100 * moved / (replay_ms(graph, 5) / count * 1e-3) / ceiling)
+                shares[label].append(100 * moved / (replay_ms(graph, 5, warmup=0) / count * 1e-3) / ceiling)
         print(f"{shape}: " + "  ".join(f"{label} {statistics.median(v):5.1f} ({min(v):5.1f}-{max(v):5.1f})"
                                        for label, v in shares.items()), flush=True)
         del graphs, sets

@@ -79,8 +79,9 @@ TILE_CASES = [
     pytest.param({"block_rows": 2, "block_time": 16, "split": True}, 2, 1, id="r2t16-split-2x1"),
     # grouped tiles: groups of 2-8 contiguous steps per thread, scanned in registers, in either direction
     pytest.param({"block_rows": 2, "block_time": 16, "split": False, "vec": 4}, 3, 200, id="r2t16v4-loop-3x200"),
-    pytest.param({"block_rows": 1, "block_time": 32, "split": True, "vec": 8}, 2, 101, id="r1t32v8-split-2x101"),
-    pytest.param({"block_rows": 4, "block_time": 8, "split": False, "vec": 2}, 5, 23, id="r4t8v2-loop-5x23"),
+    # (rows are grouped only a whole number of groups apart, so a ragged last group needs one row)
+    pytest.param({"block_rows": 1, "block_time": 32, "split": True, "vec": 8}, 1, 101, id="r1t32v8-split-1x101"),
+    pytest.param({"block_rows": 4, "block_time": 8, "split": False, "vec": 2}, 5, 22, id="r4t8v2-loop-5x22"),
     # look-back windows of 4 and 2 chunks
     pytest.param({"block_rows": 2, "block_time": 16, "split": True, "window": 4}, 3, 200, id="r2t16w4-split-3x200"),
     pytest.param({"block_rows": 1, "block_time": 16, "split": True, "window": 2}, 1, 200, id="r1t16w2-split-1x200"),
@@ -155,15 +156,36 @@ def every_other_step(x: torch.Tensor) -> torch.Tensor:
     """
     shape = list(x.shape)
     shape[1] *= 2
-    if x.dtype.is_floating_point:
-        fill = float("nan")
-    elif x.dtype in (torch.int32, torch.int64):
-        fill = -7
-    else:
-        fill = 1
-    big = torch.full(shape, fill, dtype=x.dtype, device=x.device)
+    big = torch.full(shape, _poison(x.dtype), dtype=x.dtype, device=x.device)
     big[:, ::2] = x
     return big[:, ::2]
+
+
+def _poison(dtype: torch.dtype) -> float | int:
+    """NaN for floating tensors, an out-of-range action index for actions, a set flag for flags."""
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype in (torch.int32, torch.int64):
+        return -7
+    return 1
+
+
+def padded_rows(x: torch.Tensor) -> torch.Tensor:
+    """The same [N, T(, A)] values as a view whose rows lie one step further apart than T, with
+    poison (as in ``every_other_step``) in the step between them."""
+    shape = list(x.shape)
+    shape[1] += 1
+    big = torch.full(shape, _poison(x.dtype), dtype=x.dtype, device=x.device)
+    big[:, : x.shape[1]] = x
+    return big[:, : x.shape[1]]
+
+
+def unaligned_storage(x: torch.Tensor) -> torch.Tensor:
+    """The same values, contiguous, stored one element past a 16-byte boundary."""
+    flat = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
+    view = flat[1:].view(x.shape)
+    view.copy_(x)
+    return view
 
 
 def episode_slices(flags: torch.Tensor, boundary: str = "ends_at") -> list[slice]:

@@ -86,15 +86,15 @@ def test_chunk_scans_match_the_loop(backward, vec, block_time, seq_len):
 
 
 @triton.jit
-def shifted_chunk_kernel(x_ptr, out_ptr, seq_len, chunk, SHIFT: tl.constexpr, BLOCK_TIME: tl.constexpr,
+def shifted_chunk_kernel(x_ptr, out_ptr, row_stride, seq_len, chunk, SHIFT: tl.constexpr, BLOCK_TIME: tl.constexpr,
                          VEC: tl.constexpr, BACKWARD: tl.constexpr, FLAG: tl.constexpr):
     rows = tl.arange(0, 2).to(tl.int64)
     row_ok = rows < 2
-    x = load_chunk(x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD,
+    x = load_chunk(x_ptr, rows, row_ok, row_stride, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC, BACKWARD,
                    FLAG=FLAG)
-    y = shifted_chunk(x, x_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC,
+    y = shifted_chunk(x, x_ptr, rows, row_ok, row_stride, chunk, 1, seq_len, -7.0, tl.float64, 2, BLOCK_TIME, VEC,
                       BACKWARD, SHIFT, FLAG)
-    store_chunk(out_ptr, rows, row_ok, seq_len, chunk, 1, seq_len, y, 2, BLOCK_TIME, VEC, BACKWARD)
+    store_chunk(out_ptr, rows, row_ok, row_stride, chunk, 1, seq_len, y, 2, BLOCK_TIME, VEC, BACKWARD)
 
 
 @pytest.mark.parametrize("shift", [1, -1], ids=["later", "earlier"])
@@ -117,12 +117,17 @@ def test_shifted_chunk_is_the_tile_one_step_along(shift, flag, backward, vec):
         want[:, :-1] = source[:, 1:]
     else:
         want[:, 1:] = source[:, :-1]
-    x = x.to(DEVICE)
-    out = torch.full_like(x, float("nan"))
+    # rows a whole number of groups apart (as the launcher guarantees grouped tiles), past the ragged end
+    row_stride = 40
+    stored = torch.full((ROWS, row_stride), float("nan"), dtype=torch.float64)
+    stored[:, :seq_len] = x
+    stored = stored.to(DEVICE)
+    out = torch.full_like(stored, float("nan"))
     for chunk in range(triton.cdiv(seq_len, block_time)):
-        shifted_chunk_kernel[(1,)](x, out, seq_len, chunk, SHIFT=shift, BLOCK_TIME=block_time, VEC=vec,
-                                   BACKWARD=backward, FLAG=flag)
-    torch.testing.assert_close(out.cpu(), want, rtol=0.0, atol=0.0)
+        shifted_chunk_kernel[(1,)](stored, out, row_stride, seq_len, chunk, SHIFT=shift, BLOCK_TIME=block_time,
+                                   VEC=vec, BACKWARD=backward, FLAG=flag)
+    torch.testing.assert_close(out[:, :seq_len].cpu(), want, rtol=0.0, atol=0.0)
+    assert out[:, seq_len:].isnan().all()
 
 
 @triton.jit

@@ -686,6 +686,29 @@ def replay_launcher(compiled: object, constexprs: tuple, grid: tuple[int, ...]) 
     return launch_through_triton
 
 
+def _grouped_meta(args: tuple, meta: dict) -> dict:
+    """``meta`` with VEC = 1 where some ``[rows, time]`` tensor of the launch cannot be read in groups.
+
+    Grouped tiles (VEC > 1) read VEC contiguous steps per thread as one vector, and the kernels tell
+    Triton that every row stride is a multiple of VEC (``kernels/scan.py: grouped_stride``); that holds
+    when each 2-d tensor has contiguous steps, rows a multiple of VEC elements apart and 16-byte aligned
+    storage. Otherwise the tiles are not grouped: Triton's own layout reads such rows far faster than
+    groups it cannot align (on an H200, eligibility traces at 4096x1001: 11% of the copy bandwidth
+    grouped, 53% not; benchmarks/NOTES.md). The decision depends only on what the compiled-kernel cache
+    key holds (strides, sizes, 16-byte alignment), so a cached kernel carries it.
+    """
+    vec = meta.get("VEC", 1)
+    if vec == 1:
+        return meta
+    for arg in args:
+        if isinstance(arg, torch.Tensor) and arg.dim() == 2:
+            num_rows, seq_len = arg.shape
+            if ((seq_len > 1 and arg.stride(1) != 1) or (num_rows > 1 and arg.stride(0) % vec)
+                    or arg.data_ptr() % _VECTOR_BYTES):
+                return {**meta, "VEC": 1}
+    return meta
+
+
 def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object, **meta: object) -> None:
     """``kernel[grid](*args, **meta)``, with the compiled kernel looked up in one dict.
 
@@ -700,12 +723,13 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     if not _direct_launch.enabled or interpreter_enabled() or _profiling_hooks():
         if recording is not None:
             recording.abandon()
-        kernel[grid](*args, **meta)
+        kernel[grid](*args, **_grouped_meta(args, meta))
         return
     device = driver.active.get_current_device()
     key = (id(kernel), device, *meta.values(), *_specialisation(args))
     entry = _compiled.get(key)
     if entry is None:
+        meta = _grouped_meta(args, meta)
         compiled = kernel[grid](*args, **meta)
         if hasattr(compiled, "packed_metadata"):
             names = kernel.arg_names[len(args):]
@@ -726,7 +750,7 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
         _compiled.clear()
         if recording is not None:
             recording.abandon()
-        kernel[grid](*args, **meta)
+        kernel[grid](*args, **_grouped_meta(args, meta))
 
 
 def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:

@@ -48,12 +48,14 @@ from rl_triton.kernels.scan import (
     chunk_steps,
     claim_segment,
     claim_work,
+    grouped_stride,
     last_column,
     load_chunk,
     load_episode_flags,
     load_flag,
     load_tile,
     per_step,
+    row_offsets,
     scan_chunk_with_previous,
     scan_program,
     scan_with_previous,
@@ -357,7 +359,8 @@ def chunk_ratio(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_p
     taken action's probability); ``other`` outside the rollout, NaN where the action is out of range."""
     chunk_time = chunk_steps(chunk, BLOCK_TIME, True, VEC) + SHIFT
     return ratio_from_inputs(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time, s_pt_action,
-                             s_pb_row, s_pb_time, s_act_row, s_act_time, per_step(rows, VEC),
+                             grouped_stride(s_pb_row, VEC), s_pb_time, grouped_stride(s_act_row, VEC), s_act_time,
+                             per_step(rows, VEC),
                              tl.expand_dims(chunk_time, 0), step_mask(row_ok, chunk_time, seq_len, VEC), num_actions,
                              other, DTYPE)
 
@@ -538,7 +541,7 @@ def load_stored_values(args, CONSTS: tl.constexpr, chunk, steps):
         next_steps = steps + 1
         at_edge = tl.expand_dims(next_steps % BLOCK_TIME == 0, 0)
         inside = step_mask(row_ok, next_steps, seq_len, VEC) & (at_edge == 0)
-        ratio_next = tl.load(ratio_ptr + per_step(rows * s_out_row, VEC) + tl.expand_dims(next_steps, 0) * s_out_time,
+        ratio_next = tl.load(ratio_ptr + row_offsets(rows, s_out_row, VEC) + tl.expand_dims(next_steps, 0) * s_out_time,
                              mask=inside, other=0.0).to(DTYPE)
         edge = (tl.cast(chunk, tl.int64) + 1) * BLOCK_TIME
         edge_ratio = ratio_from_inputs(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time,
