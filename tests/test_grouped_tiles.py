@@ -1,8 +1,8 @@
 """Grouped tiles (VEC steps per thread, read as one vector) only where every row allows them.
 
-The kernels tell Triton that each row stride of a grouped tile is a multiple of VEC
-(``kernels/scan.py: grouped_stride``), so the launcher must not group rows that lie any other
-distance apart, or storage it cannot align: such launches read step by step (``_launch._grouped_meta``).
+The kernels tell Triton that the row strides and the row length of a grouped tile are multiples of
+VEC (``kernels/scan.py: whole_groups``), so the launcher must not group other rows, nor storage it
+cannot align: such launches read step by step (``_launch._grouped_meta``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ def test_rows_a_whole_number_of_groups_apart_are_grouped():
     # rows of 1000 steps: 250 groups of 4 apart, whatever Triton can learn from the stride alone
     assert grouped(meta, rows, torch.zeros(3), torch.zeros(3, 1000, 4)) == 4
     # one row: its stride is never used; one value per env repeated along rows (row stride 0)
-    assert grouped(meta, torch.zeros(1, 1001), torch.zeros(1, 1000).expand(3, 1000)) == 4
-    # step by step: rows 1001 apart, rows a view of wider storage, storage off a 16-byte boundary,
-    # steps not contiguous (every other step, stored time-major, one value per env along time)
+    assert grouped(meta, torch.zeros(1, 1000).as_strided((1, 1000), (1001, 1))) == 4
+    assert grouped(meta, torch.zeros(1, 1000).expand(3, 1000)) == 4
+    # step by step: rows of 1001 steps (also in storage a whole number of groups wide, also one row),
+    # rows a view of wider storage, storage off a 16-byte boundary, steps not contiguous (every
+    # other step, stored time-major, one value per env along time)
     assert grouped(meta, rows, torch.zeros(3, 1001)) == 1
+    assert grouped(meta, torch.zeros(3, 1004)[:, :1001]) == grouped(meta, torch.zeros(1, 1001)) == 1
     assert grouped(meta, torch.zeros(3, 1002)[:, :1000]) == 1
     assert grouped(meta, torch.zeros(3001)[1:].view(3, 1000)) == 1
     assert grouped(meta, torch.zeros(3, 2000)[:, ::2]) == 1

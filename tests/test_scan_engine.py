@@ -62,7 +62,9 @@ def loop(a, b, carry, seq_len, backward):
 
 @pytest.mark.parametrize("backward", [True, False], ids=["backward", "forward"])
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
-@pytest.mark.parametrize("block_time, seq_len", [(16, 16), (32, 29), (64, 1)])
+# rows of whole groups of up to 8 steps, as the launcher groups them: a full chunk, a chunk three
+# quarters full, one group of a chunk
+@pytest.mark.parametrize("block_time, seq_len", [(16, 16), (32, 24), (64, 8)])
 def test_chunk_scans_match_the_loop(backward, vec, block_time, seq_len):
     gen = torch.Generator().manual_seed(block_time * 100 + seq_len * 10 + vec)
     a = torch.randn(ROWS, block_time, generator=gen, dtype=torch.float64)
@@ -102,10 +104,10 @@ def shifted_chunk_kernel(x_ptr, out_ptr, row_stride, seq_len, chunk, SHIFT: tl.c
 @pytest.mark.parametrize("backward", [True, False], ids=["backward", "forward"])
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
 def test_shifted_chunk_is_the_tile_one_step_along(shift, flag, backward, vec):
-    # three chunks of 16 steps, the last one ragged: each step gets the value of the step SHIFT away
+    # three chunks of 16 steps, the last one half full: each step gets the value of the step SHIFT away
     # (GAE and V-trace take values[t + 1]); a step outside [0, seq_len) reads `other`, which as a flag
     # is set. Steps inside a group move in registers, the step past each group is loaded.
-    block_time, seq_len = 16, 37
+    block_time, seq_len = 16, 40
     gen = torch.Generator().manual_seed(vec * 10 + backward + 3 * (shift > 0) + 5 * flag)
     x = torch.randn(ROWS, seq_len, generator=gen, dtype=torch.float64)
     if flag:
@@ -117,8 +119,8 @@ def test_shifted_chunk_is_the_tile_one_step_along(shift, flag, backward, vec):
         want[:, :-1] = source[:, 1:]
     else:
         want[:, 1:] = source[:, :-1]
-    # rows a whole number of groups apart (as the launcher guarantees grouped tiles), past the ragged end
-    row_stride = 40
+    # rows a whole number of groups apart, as the launcher guarantees grouped tiles, with NaN past each end
+    row_stride = 48
     stored = torch.full((ROWS, row_stride), float("nan"), dtype=torch.float64)
     stored[:, :seq_len] = x
     stored = stored.to(DEVICE)

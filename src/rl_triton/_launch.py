@@ -690,12 +690,13 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     """``meta`` with VEC = 1 where some ``[rows, time]`` tensor of the launch cannot be read in groups.
 
     Grouped tiles (VEC > 1) read VEC contiguous steps per thread as one vector, and the kernels tell
-    Triton that every row stride is a multiple of VEC (``kernels/scan.py: grouped_stride``); that holds
-    when each 2-d tensor has contiguous steps, rows a multiple of VEC elements apart and 16-byte aligned
-    storage. Otherwise the tiles are not grouped: Triton's own layout reads such rows far faster than
-    groups it cannot align (on an H200, eligibility traces at 4096x1001: 11% of the copy bandwidth
-    grouped, 53% not; benchmarks/NOTES.md). The decision depends only on what the compiled-kernel cache
-    key holds (strides, sizes, 16-byte alignment), so a cached kernel carries it.
+    Triton that row strides and the row length are multiples of VEC (``kernels/scan.py: whole_groups``).
+    That holds when each 2-d tensor has contiguous steps, a whole number of groups per row, rows a
+    whole number of groups apart and 16-byte aligned storage. Otherwise the tiles are not grouped:
+    Triton's own layout reads such rows far faster than groups it cannot align (on an H200,
+    eligibility traces at 4096x1001: 11% of the copy bandwidth grouped, 52% not; benchmarks/NOTES.md).
+    The decision depends only on what the compiled-kernel cache key holds (strides, sizes, 16-byte
+    alignment), so a cached kernel carries it.
     """
     vec = meta.get("VEC", 1)
     if vec == 1:
@@ -703,7 +704,7 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     for arg in args:
         if isinstance(arg, torch.Tensor) and arg.dim() == 2:
             num_rows, seq_len = arg.shape
-            if ((seq_len > 1 and arg.stride(1) != 1) or (num_rows > 1 and arg.stride(0) % vec)
+            if (seq_len % vec or (seq_len > 1 and arg.stride(1) != 1) or (num_rows > 1 and arg.stride(0) % vec)
                     or arg.data_ptr() % _VECTOR_BYTES):
                 return {**meta, "VEC": 1}
     return meta

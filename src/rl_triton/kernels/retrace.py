@@ -48,7 +48,6 @@ from rl_triton.kernels.scan import (
     chunk_steps,
     claim_segment,
     claim_work,
-    grouped_stride,
     last_column,
     load_chunk,
     load_episode_flags,
@@ -63,6 +62,7 @@ from rl_triton.kernels.scan import (
     store_chunk,
     store_tile,
     tile_rows,
+    whole_groups,
 )
 
 
@@ -359,7 +359,7 @@ def chunk_ratio(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_p
     taken action's probability); ``other`` outside the rollout, NaN where the action is out of range."""
     chunk_time = chunk_steps(chunk, BLOCK_TIME, True, VEC) + SHIFT
     return ratio_from_inputs(probs_target_ptr, probs_behavior_ptr, actions_ptr, s_pt_row, s_pt_time, s_pt_action,
-                             grouped_stride(s_pb_row, VEC), s_pb_time, grouped_stride(s_act_row, VEC), s_act_time,
+                             whole_groups(s_pb_row, VEC), s_pb_time, whole_groups(s_act_row, VEC), s_act_time,
                              per_step(rows, VEC),
                              tl.expand_dims(chunk_time, 0), step_mask(row_ok, chunk_time, seq_len, VEC), num_actions,
                              other, DTYPE)

@@ -100,32 +100,34 @@ def per_step(row_values, VEC: tl.constexpr):
 
 
 @triton.jit
-def grouped_stride(row_stride, VEC: tl.constexpr):
-    """``row_stride``, said to be a multiple of VEC for grouped tiles (VEC > 1).
+def whole_groups(count, VEC: tl.constexpr):
+    """``count`` (a row stride or the row length), said to be a multiple of VEC for grouped tiles.
 
-    Triton learns a stride's divisibility only from its value (a multiple of 16 or not), so with
-    rows of, say, 1000 steps it cannot prove any group 16-byte aligned and loads every step alone,
-    through a slow change of layout (on an H200, eligibility traces at 4096x1000 read 11% of the
-    copy bandwidth). The launcher groups tiles only where every row stride is a multiple of VEC
-    (``_launch._grouped_meta``), so rounding the stride down to a multiple of VEC leaves it unchanged
-    and tells Triton so.
+    Triton learns an integer's divisibility only from its value (a multiple of 16 or not), so with
+    rows of, say, 1000 steps it can prove neither a group's address aligned nor its mask the same for
+    all its steps, and loads every step alone (on an H200, eligibility traces at 4096x1000 read 11%
+    of the copy bandwidth). The launcher groups tiles only where the rows are a whole number of groups
+    long and apart (``_launch._grouped_meta``), so clearing the low bits leaves ``count`` unchanged and
+    tells Triton so.
     """
     if VEC > 1:
-        return row_stride // VEC * VEC
+        tl.static_assert(VEC <= 16, "groups of at most 16 steps")
+        LOG2_VEC: tl.constexpr = 1 if VEC == 2 else (2 if VEC == 4 else (3 if VEC == 8 else 4))
+        return (count >> LOG2_VEC) << LOG2_VEC
     else:
-        return row_stride
+        return count
 
 
 @triton.jit
 def row_offsets(rows, row_stride, VEC: tl.constexpr):
     """Offsets of ``rows`` shaped to broadcast over a chunk tile (``per_step``)."""
-    return per_step(rows * grouped_stride(row_stride, VEC), VEC)
+    return per_step(rows * whole_groups(row_stride, VEC), VEC)
 
 
 @triton.jit
 def step_mask(row_ok, steps, seq_len, VEC: tl.constexpr):
     """In-range mask of a chunk tile: rows in range and steps in [0, seq_len)."""
-    in_time = (steps >= 0) & (steps < seq_len)
+    in_time = (steps >= 0) & (steps < whole_groups(seq_len, VEC))
     return per_step(row_ok, VEC) & tl.expand_dims(in_time, 0)
 
 
@@ -565,7 +567,7 @@ def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other
     Steps outside [0, seq_len) read ``other``. FLAG tiles (bool, integer or float storage) become
     0/1: any non-zero value is set. Grouped tiles (VEC > 1) hold contiguous steps per thread, so
     their loads are vectorised in either scan direction; their ``row_stride`` must be a multiple of
-    VEC (``grouped_stride``).
+    VEC, as must the row length (``whole_groups``).
     """
     steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC) + SHIFT
     mask = step_mask(row_ok, steps, seq_len, VEC)
