@@ -23,9 +23,66 @@ import pytest
 
 from rl_triton import _dispatch
 
+
+def _patch_language_once_per_launch() -> None:
+    """Make Triton 3.6's interpreter patch ``triton.language`` once per kernel launch.
+
+    The interpreter swaps ``triton.language``'s builtins for host versions when a launch starts and
+    puts them back when it ends. It runs the same swap again at every call of a ``@triton.jit``
+    helper inside the kernel (``InterpretedFunction.__call__``), where it finds every builtin
+    already swapped and changes nothing: a scan of the language modules each time (about 0.3 ms), which
+    took 40% of a walked-segment test's time. Here a helper's swap is skipped while a launch's swap
+    of the same modules is in place; kernels run the same host code either way. Any other Triton
+    keeps its own behaviour.
+    """
+    from triton.runtime import interpreter
+
+    patch_lang = getattr(interpreter, "_patch_lang", None)
+    scope_class = getattr(interpreter, "_LangPatchScope", None)
+    if patch_lang is None or scope_class is None or not hasattr(scope_class, "restore"):
+        return
+    language_modules = (interpreter.tl, interpreter.tl.core)
+    patched: set[int] = set()
+    modules_by_function: dict[object, frozenset[int]] = {}
+
+    def modules_seen_by(fn) -> frozenset[int]:
+        modules = modules_by_function.get(fn)
+        if modules is None:
+            modules = frozenset(id(value) for value in fn.__globals__.values()
+                                if any(value is module for module in language_modules))
+            modules_by_function[fn] = modules
+        return modules
+
+    def patch_lang_once(fn):
+        wanted = modules_seen_by(fn)
+        if patched and wanted <= patched:
+            return scope_class()
+        scope = patch_lang(fn)
+        patched.update(wanted)
+        restore = scope.restore
+
+        def restore_and_forget() -> None:
+            restore()
+            patched.clear()
+
+        scope.restore = restore_and_forget
+        return scope
+
+    interpreter._patch_lang = patch_lang_once
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _patch_language_once_per_launch()
+
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 BACKENDS = ("triton", "reference")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """Workers of ``-n auto``: none with a GPU (the speed tests skip under workers, whose kernels
+    would share the GPU), else pytest-xdist's count, one per CPU core."""
+    return 0 if HAS_CUDA else None
 
 # relative error allowed against the float64 oracle, by input dtype
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
