@@ -334,3 +334,26 @@ def test_direct_launch_falls_back_when_the_launcher_rejects_its_arguments(gen, m
     assert not _launch._direct_launch.enabled
     for got, want in zip(out, oracle(gae, ro)):
         assert_rel(got, want, TOLERANCE[torch.float32])
+
+
+def test_first_call_compiles_both_retrace_passes_at_once(gen, monkeypatch):
+    # a first call of Retrace in two passes holds its launches back while both kernels compile, each on
+    # a thread, then launches them in their order
+    ro = Rollout(gen, (8,), 3000, num_actions=18)
+    monkeypatch.setattr(_launch, "_compiled", {})
+    compiled_on_threads = []
+    compile_for_launch = _launch._compile_for_launch
+
+    def recorded(device, kernel, grid, args, meta):
+        compiled_on_threads.append(kernel.__name__)
+        compile_for_launch(device, kernel, grid, args, meta)
+
+    monkeypatch.setattr(_launch, "_compile_for_launch", recorded)
+    with _launch.tile_override(retrace_kernels="two-pass"):
+        first = outputs(retrace(Public, ro))
+        assert sorted(compiled_on_threads) == ["retrace_flat_actions_kernel", "retrace_scan_kernel"]
+        again = outputs(retrace(Public, ro))  # both kernels now launch from the compiled-kernel cache
+    assert len(compiled_on_threads) == 2
+    for got, repeated, want in zip(first, again, oracle(retrace, ro), strict=True):
+        assert_rel(got, want, TOLERANCE[torch.float32])
+        assert torch.equal(got, repeated)

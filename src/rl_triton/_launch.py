@@ -6,10 +6,12 @@ reads them in place through their strides; outputs are written through their str
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
 import math
+import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -710,6 +712,70 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     return meta
 
 
+class _CompileBatch:
+    """The launches of one call, held back from the first launch whose kernel is not compiled yet,
+    while every such kernel compiles on a thread of its own.
+
+    A call of several kernels (Retrace's two passes) would otherwise compile them one after another.
+    Triton's compiler leaves Python's lock for most of its work (its passes, ptxas, the C compiler of
+    a kernel's launcher), so the compiles overlap; the held-back launches then run in their order.
+    """
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[triton.runtime.JITFunction, tuple[int], tuple, dict]] = []
+        self.compiles: dict[tuple, concurrent.futures.Future] = {}
+
+    def hold(self, key: tuple, compiled: bool, kernel: triton.runtime.JITFunction, grid: tuple[int],
+             args: tuple, meta: dict) -> None:
+        self.launches.append((kernel, grid, args, meta))
+        if not compiled and key not in self.compiles:
+            device = torch.cuda.current_device()
+            self.compiles[key] = _compile_threads().submit(
+                _compile_for_launch, device, kernel, grid, args, _grouped_meta(args, meta))
+
+    def run(self) -> None:
+        for compile_done in self.compiles.values():
+            compile_done.result()
+        for kernel, grid, args, meta in self.launches:
+            _launch(kernel, grid, *args, **meta)
+
+
+@functools.cache
+def _compile_threads() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="rl_triton-compile")
+
+
+def _compile_for_launch(device: int, kernel: triton.runtime.JITFunction, grid: tuple[int], args: tuple,
+                        meta: dict) -> None:
+    """Compile ``kernel`` for a launch, load it and build its C launcher (on a worker thread, whose
+    current CUDA device is set first). Errors are left to the launch itself, which compiles again."""
+    try:
+        with torch.cuda.device(device):
+            compiled = kernel.warmup(*args, grid=grid, **meta)
+            getattr(compiled, "run", None)  # loads the kernel and builds its launcher
+    except Exception:  # noqa: BLE001, S110 - the launch raises it in the caller's thread
+        pass
+
+
+_batch = threading.local()
+
+
+@contextlib.contextmanager
+def compile_together() -> Iterator[None]:
+    """Compile the kernels of the launches inside at once (each on a thread) where some are not
+    compiled yet; launches run in their order, the first one held back and every later one after it,
+    at the end of the block. Only for launches that no PyTorch work between them depends on."""
+    if getattr(_batch, "current", None) is not None:
+        yield
+        return
+    batch = _batch.current = _CompileBatch()
+    try:
+        yield
+    finally:
+        _batch.current = None
+    batch.run()
+
+
 def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object, **meta: object) -> None:
     """``kernel[grid](*args, **meta)``, with the compiled kernel looked up in one dict.
 
@@ -729,6 +795,12 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     device = driver.active.get_current_device()
     key = (id(kernel), device, *meta.values(), *_specialisation(args))
     entry = _compiled.get(key)
+    batch = getattr(_batch, "current", None)
+    if batch is not None and (entry is None or batch.launches):
+        batch.hold(key, entry is not None, kernel, grid, args, meta)
+        if recording is not None:
+            recording.abandon(worth_retrying=True)
+        return
     if entry is None:
         meta = _grouped_meta(args, meta)
         compiled = kernel[grid](*args, **meta)
@@ -889,12 +961,14 @@ def retrace(
         # 93.7, 4096x4096 70.8 -> 94.8, 8x2^21 70.2 -> 95.9.
         lanes = action_lanes or min(triton.next_power_of_2(num_actions), _RETRACE_ACTIONS_LANES)
         passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
-        if kernels == "two-pass":
-            _retrace_actions(targets, advantages, action_probs_target, action_probs_behavior, next_q_values_all,
-                             actions, dtype, lanes, passes, halves)
-        _retrace_scan(targets, advantages, action_probs_target, action_probs_behavior, q_values, next_q_values_all,
-                      actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar, dtype, lanes, passes,
-                      halves, plan, reduce=kernels == "fused")
+        # the two passes' kernels compile at once on a first call (nothing runs between their launches)
+        with compile_together() if kernels == "two-pass" else contextlib.nullcontext():
+            if kernels == "two-pass":
+                _retrace_actions(targets, advantages, action_probs_target, action_probs_behavior,
+                                 next_q_values_all, actions, dtype, lanes, passes, halves)
+            _retrace_scan(targets, advantages, action_probs_target, action_probs_behavior, q_values,
+                          next_q_values_all, actions, rewards, terminateds, truncateds, gamma, lambda_, c_bar,
+                          rho_bar, dtype, lanes, passes, halves, plan, reduce=kernels == "fused")
         return
     lanes = action_lanes or min(triton.next_power_of_2(num_actions), 8)
     passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
