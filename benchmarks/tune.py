@@ -60,7 +60,7 @@ def rollout(num_rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
 def layout_variants(d: dict) -> dict:
     """Time-major float32 copies and bf16 values with uint8 flags, for the layout/dtype rows."""
     tm = {k: d[k].t().contiguous() for k in ("r", "v", "term", "trunc", "boot", "lt", "lb", "pb", "act")}
-    low = {k: d[k].to(torch.bfloat16) for k in ("r", "v", "lt", "lb", "last", "pb")}
+    low = {k: d[k].to(torch.bfloat16) for k in ("r", "v", "lt", "lb", "last", "pb", "boot")}
     low["term"] = d["term"].to(torch.uint8)
     low["trunc"] = d["trunc"].to(torch.uint8)
     low["act"] = d["act"]
@@ -90,6 +90,12 @@ def calls(d: dict) -> dict:
                                                             d["low"]["r"], d["low"]["term"],
                                                             last_value=d["low"]["last"]),
                            ["lt", "lb", "v", "r", "term", "last"], 1),
+        "gae_trunc_bf16_u8": (lambda: rl_triton.compute_gae(d["low"]["r"], d["low"]["v"], d["low"]["term"],
+                                                            d["low"]["trunc"], bootstrap_values=d["low"]["boot"]),
+                              ["r", "v", "term", "trunc", "boot"], 0.5),
+        "vtrace_trunc_bf16_u8": (lambda: rl_triton.compute_vtrace(
+            d["low"]["lt"], d["low"]["lb"], d["low"]["v"], d["low"]["r"], d["low"]["term"], d["low"]["trunc"],
+            bootstrap_values=d["low"]["boot"]), ["lt", "lb", "v", "r", "term", "trunc", "boot"], 1),
         "gae_trunc": (lambda: rl_triton.compute_gae(d["r"], d["v"], d["term"], d["trunc"], bootstrap_values=d["boot"]),
                       ["r", "v", "term", "trunc", "boot"], 1),
         "vtrace": (lambda: rl_triton.compute_vtrace(d["lt"], d["lb"], d["v"], d["r"], d["term"], last_value=d["last"]),

@@ -171,6 +171,25 @@ def test_bf16_vtrace_warps(monkeypatch):
     assert launch_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(4096, 4096, torch.float32)) == (1, 512, 4, 4)
 
 
+def test_narrow_steps_walk_1024_step_chunks(monkeypatch):
+    def walk(seq_len, dtype=torch.bfloat16):
+        x, flags = torch.empty(1, seq_len, dtype=dtype), torch.empty(1, seq_len, dtype=torch.uint8)
+        gae_meta = recorded_meta(monkeypatch, _launch.gae, torch.empty_like(x), x, x, flags, None, 0.99, 0.95, None,
+                                 x[:, 0])
+        vtrace_meta = recorded_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(1, seq_len, dtype))
+        return [(meta["WALK"], meta["BLOCK_TIME"], meta["VEC"], meta["num_warps"], meta["maxnreg"])
+                for meta in (gae_meta, vtrace_meta)]
+
+    # bf16 values with uint8 flags: one 16-byte vector of 8 steps per thread, 6 (GAE) and 4 (V-trace)
+    # programs per multiprocessor, registers capped at their share
+    assert walk(2**21) == [(True, 1024, 8, 4, 80), (True, 1024, 8, 4, 128)]
+    # float32 keeps 512-step chunks
+    assert walk(2**21, torch.float32) == [(True, 512, 4, 4, 64), (True, 512, 4, 4, 80)]
+    # rows too short for segments of 8 chunks of 1024 steps (on 4 multiprocessors: 128 chunks in 24
+    # segments) keep walking 512-step ones where those make segments of 8 (256 chunks in 32 segments)
+    assert walk(2**17)[0] == (True, 512, 4, 4, 64)
+
+
 def retrace_launches(num_actions: int, rows: int, seq_len: int, out_dtype: torch.dtype,
                      input_dtype: torch.dtype = torch.float32) -> dict:
     """{kernel name: the compile options and constexprs} of the kernels Retrace's launcher would launch."""

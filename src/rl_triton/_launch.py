@@ -185,6 +185,14 @@ _LAMBDA_LONG_WALK = (1024, 3)
 _EPISODIC_WALK = (512, 8)
 _EPISODIC_LONG_WALK = (2048, 3)
 _VTRACE_WALK = (512, 6)
+# Steps of 2 bytes (bf16/fp16 values with bool/uint8 flags) walk 1024-step chunks, where segments still
+# hold 8 of them: 8 steps (one 16-byte vector) per thread instead of 4. Measured on an H200, bf16 values
+# with uint8 flags, % of the copy ceiling at 8x2^21 / 1x2^24, 512-step chunks -> 1024 with 4 / 6 / 8
+# programs per multiprocessor (benchmarks/results/h200-2026-12-02-run24-bf16-walks.txt): GAE 36.0 / 37.0
+# -> 42.7 / 39.1, 43.7 / 42.0, 43.0 / 41.4; V-trace 53.5 / 52.5 -> 59.5 / 59.1, 38.4 / 35.8, 27.2 / 25.1
+# (2048-step chunks of 8 warps, 2 or 3 programs: GAE 35.9-38.2, V-trace 35.8-54.0).
+_GAE_NARROW_WALK = (1024, 6)
+_VTRACE_NARROW_WALK = (1024, 4)
 # Float32 Retrace programs that walk their chunks, 4 warps each. Up to 4 actions per group they take
 # ~156 registers per thread; 128 (no spills) fits 4 programs per multiprocessor instead of 3
 # (measured on an H200, 4 actions, device us, uncapped -> capped: 16384x512 264 -> 243, 4096x1024
@@ -862,6 +870,7 @@ def gae(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
                       max_warps=16 if heavier else 8, walk_split=_GAE_WALK, packed_tile_elements=PACKED_TILE_ELEMENTS,
+                      long_walk_split=_GAE_NARROW_WALK if element_bytes <= 2 else None,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
                       time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
@@ -904,7 +913,8 @@ def vtrace(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
                       one_row_tile_split=_SPLIT_BLOCK_TIME if element_bytes == 4 else None,
-                      walk_split=_VTRACE_WALK, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
+                      walk_split=_VTRACE_WALK, long_walk_split=_VTRACE_NARROW_WALK if element_bytes <= 2 else None,
+                      time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
                       narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
