@@ -14,7 +14,8 @@ first launches a trivial Triton kernel and times it apart: that launch takes Tri
 work in the process and the cache, so the estimator's first call after it is its own kernels'
 compiles and launchers. Each line also says how many kernels Triton compiled in the first call and
 how many C modules it built with the system's C compiler (a launcher per kernel signature, and
-without the warm-up its driver utilities), and the seconds each took.
+without the warm-up its driver utilities), and the seconds each took. Kernels that compile at once on
+threads (Retrace's two passes) add up their seconds, which can then exceed the call's.
 """
 
 import os
