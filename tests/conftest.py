@@ -30,8 +30,8 @@ def _patch_language_once_per_launch() -> None:
     The interpreter swaps ``triton.language``'s builtins for host versions when a launch starts and
     puts them back when it ends. It runs the same swap again at every call of a ``@triton.jit``
     helper inside the kernel (``InterpretedFunction.__call__``), where it finds every builtin
-    already swapped and changes nothing: a scan of the language modules each time (about 0.3 ms), which
-    took 40% of a walked-segment test's time. Here a helper's swap is skipped while a launch's swap
+    already swapped and changes nothing: a scan of the language modules each time, which took half
+    the time of a walked-segment test (13.1 s with it, 6.3 s without). Here a helper's swap is skipped while a launch's swap
     of the same modules is in place; kernels run the same host code either way. Any other Triton
     keeps its own behaviour.
     """
@@ -83,6 +83,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """Workers of ``-n auto``: none with a GPU (the speed tests skip under workers, whose kernels
     would share the GPU), else pytest-xdist's count, one per CPU core."""
     return 0 if HAS_CUDA else None
+
 
 # relative error allowed against the float64 oracle, by input dtype
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}

@@ -725,8 +725,11 @@ class _CompileBatch:
     while every such kernel compiles on a thread of its own.
 
     A call of several kernels (Retrace's two passes) would otherwise compile them one after another.
-    Triton's compiler leaves Python's lock for most of its work (its passes, ptxas, the C compiler of
-    a kernel's launcher), so the compiles overlap; the held-back launches then run in their order.
+    Triton's compiler leaves Python's lock for part of its work (ptxas, the C compiler of a kernel's
+    launcher, some of its passes), so the compiles partly overlap; the held-back launches then run in
+    their order. Measured on an H200 host, a first call of Retrace with 18 actions at 8x2^21 after
+    Triton's own one-time work: median 3.69 -> 2.99 s in five fresh processes each; with bf16 values
+    no gain (benchmarks/results/h200-2026-12-02-run24-first-call-ab*.txt).
     """
 
     def __init__(self) -> None:
@@ -971,7 +974,8 @@ def retrace(
         # 93.7, 4096x4096 70.8 -> 94.8, 8x2^21 70.2 -> 95.9.
         lanes = action_lanes or min(triton.next_power_of_2(num_actions), _RETRACE_ACTIONS_LANES)
         passes = min(triton.next_power_of_2(triton.cdiv(num_actions, lanes)), max(1, 32 // lanes))
-        # the two passes' kernels compile at once on a first call (nothing runs between their launches)
+        # the two passes' kernels compile at once on a first call (nothing between their launches reads
+        # what the first pass writes)
         with compile_together() if kernels == "two-pass" else contextlib.nullcontext():
             if kernels == "two-pass":
                 _retrace_actions(targets, advantages, action_probs_target, action_probs_behavior,
