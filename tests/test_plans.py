@@ -166,9 +166,37 @@ def test_bf16_vtrace_warps(monkeypatch):
     x, flags = torch.empty(16384, 512, dtype=torch.bfloat16), torch.empty(16384, 512, dtype=torch.uint8)
     assert launch_meta(monkeypatch, _launch.gae, torch.empty_like(x), x, x, flags, None, 0.99, 0.95, None,
                        x[:, 0]) == (1, 512, 1, 8)
-    # rows walked in 512-step chunks: one warp per chunk; float32 keeps 4
-    assert tile(4096, 4096) == (1, 512, 1, 8)
+    # rows of up to 4096 steps whose length is a power of two: one chunk, up to 8 warps
+    assert tile(4096, 2048) == (1, 2048, 8, 8) and tile(4096, 4096) == (1, 4096, 8, 8)
+    # other lengths walk 512-step chunks, one warp per chunk; float32 keeps 4 warps per chunk
+    assert tile(4096, 3000) == (1, 512, 1, 8) and tile(4096, 8192) == (1, 512, 1, 8)
     assert launch_meta(monkeypatch, _launch.vtrace, *vtrace_inputs(4096, 4096, torch.float32)) == (1, 512, 4, 4)
+
+
+def test_bf16_gae_with_truncations_takes_one_vector_per_thread(monkeypatch):
+    def tile(rows, seq_len, dtype=torch.bfloat16):
+        x, flags = torch.empty(rows, seq_len, dtype=dtype), torch.empty(rows, seq_len, dtype=torch.uint8)
+        return launch_meta(monkeypatch, _launch.gae, torch.empty_like(x), x, x, flags, flags, 0.99, 0.95, x, None)
+
+    # 256 steps per warp up to 8 warps (without truncations: two vectors, 512 steps per warp)
+    assert tile(16384, 512) == (1, 512, 2, 8) and tile(4096, 1024) == (1, 1024, 4, 8)
+    assert tile(4096, 2048) == (1, 2048, 8, 8) and tile(4096, 4096) == (1, 4096, 8, 8)
+    # float32 keeps 128 steps per warp, up to 16 warps
+    assert tile(4096, 1024, torch.float32) == (1, 1024, 8, 4) and tile(4096, 4096, torch.float32) == (1, 4096, 16, 4)
+
+
+def test_episodic_scans_of_many_rows_take_one_chunk_of_up_to_4096_steps(monkeypatch):
+    def tile(rows, seq_len, dtype=torch.float32):
+        x, flags = torch.empty(rows, seq_len, dtype=dtype), torch.empty(rows, seq_len, dtype=torch.bool)
+        plan = recorded_meta(monkeypatch, _launch.episodic_scan, torch.empty_like(x), x, flags, None, 0.9, True)
+        return plan["BLOCK_TIME"], plan["num_warps"], plan["SPLIT"], plan["PREFETCH"]
+
+    # float32, however many rows (few rows took one chunk before, through the time split's 4096-step chunks)
+    assert tile(4096, 4096) == (4096, 8, False, False) and tile(4, 2048) == (2048, 8, False, False)
+    assert tile(4096, 3000) == (4096, 8, False, False) and tile(4096, 1024) == (1024, 8, False, False)
+    # longer rows walk 512-step chunks, or split time where the rows are few; float64 keeps the walk
+    assert tile(4096, 8192) == (512, 4, False, True) and tile(4, 8192)[2]
+    assert tile(4096, 4096, torch.float64) == (512, 4, False, True)
 
 
 def test_narrow_steps_walk_1024_step_chunks(monkeypatch):

@@ -45,6 +45,32 @@ _MANY_ROWS_BLOCK_TIME = 512
 # one chunk of up to 1024 steps (4096x1024: 68% -> 77%; at 4096 steps one chunk was slower)
 GAE_SINGLE_CHUNK_STEPS = 4096
 VTRACE_SINGLE_CHUNK_STEPS = 1024
+# Steps of 2 bytes (bf16/fp16 values, bool/uint8 flags) keep fewer bytes live per step: V-trace then scans
+# rows of up to 4096 steps in one chunk, one vector per thread up to 8 warps, where the row length is a
+# power of two. Measured on an H200, bf16 values with uint8 flags, % of the copy ceiling, 512-step chunks
+# walked by one warp -> one chunk, two interleaved runs with 3 input sets rotated
+# (benchmarks/results/h200-2026-12-02-run25-one-chunk-ab.txt): 4096x4096 78.4 / 78.3 -> 82.4 / 84.7,
+# 2048x4096 60.7 / 61.2 -> 71.9 / 74.6, 1024x4096 57.9 / 58.1 -> 63.4 / 66.7, 4096x2048 71.8 / 71.9 -> 78.0 /
+# 80.4, 8192x2048 78.5 / 79.4 -> 85.8 / 83.1; with truncations 81.4 / 81.3 -> 86.4 / 87.2 at 4096x4096, 76.2 /
+# 76.3 -> 74.7 / 77.0 at 4096x2048. Rows of 3000 steps, padded to a 4096-step chunk, lost (72.3 / 72.9 ->
+# 65.8 / 67.1) and keep the walk.
+VTRACE_NARROW_SINGLE_CHUNK_STEPS = 4096
+# Eligibility traces and prefix sums over float32 steps scan rows of up to 4096 steps in one chunk per
+# program (up to 8 warps) instead of walking 512-step chunks (as the time split of few rows, whose chunks
+# are 4096 steps, already did). Float64 and 2-byte steps were not measured and keep the walk. Measured
+# on an H200 as above, float32 flags: eligibility traces 4096x4096 86.6 / 88.0 -> 91.6 / 94.0, 8192x4096
+# 94.5 / 95.6 -> 96.6 / 98.4, 2048x4096 77.2 / 79.7 -> 82.0 / 85.7, 4096x2048 78.0 / 80.5 -> 84.5 / 87.6,
+# 4096x3000 82.0 / 83.3 -> 84.2 / 87.4, 1024x4096 69.7 / 72.7 -> 69.1 / 73.6; prefix sums 4096x4096 87.9 /
+# 87.6 -> 90.8 / 93.2, 2048x4096 79.6 / 79.7 -> 83.2 / 84.4, 4096x2048 79.9 / 80.0 -> 84.1 / 87.1, 1024x4096
+# 72.5 / 73.1 -> 71.9 / 75.0. Rows longer than 4096 steps keep the walk (one-chunk programs of 4096 steps
+# walking 2048x8192 and 1024x16384 read 55-65% against 78-83%, -run25-episodic-plans.txt).
+EPISODIC_SINGLE_CHUNK_STEPS = 4096
+# GAE with truncations or bootstrap values (five loads per step) over 2-byte steps, one chunk per row:
+# one 16-byte vector per thread up to 8 warps, instead of two. Measured as above: 4096x1024 66.9 / 69.6 ->
+# 69.5 / 73.9, 8192x1024 76.6 / 78.5 -> 80.2 / 84.0, 4096x2048 75.3 / 75.6 -> 79.4 / 82.5; equal within a
+# run's spread at 16384x512 (81.7 / 83.6 -> 81.5 / 85.3), 32768x256 and 4096x4096 (85.2 / 86.3 -> 83.7 /
+# 86.7, 8 warps either way). Rows walked in chunks keep 128 steps per warp.
+GAE_HEAVIER_NARROW_STEPS_PER_WARP = (256, 128)
 _SPLIT_BLOCK_TIME = 2048
 _HEAVY_SPLIT_BLOCK_TIME = 512
 # Time-split chunks of the kernels with the fewest loads per step. Measured on an H200, % of the copy
@@ -870,9 +896,12 @@ def gae(
     dtype = _compute_dtype(rewards, values, bootstrap_values, last_value)
     element_bytes = _element_bytes(rewards, values, terminateds, truncateds, bootstrap_values, advantages)
     heavier = truncateds is not None or bootstrap_values is not None
+    narrow = element_bytes <= 2
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=False,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
-                      max_warps=16 if heavier else 8, walk_split=_GAE_WALK, packed_tile_elements=PACKED_TILE_ELEMENTS,
+                      max_warps=16 if heavier and not narrow else 8, walk_split=_GAE_WALK,
+                      packed_tile_elements=PACKED_TILE_ELEMENTS,
+                      narrow_steps_per_warp=GAE_HEAVIER_NARROW_STEPS_PER_WARP if heavier and narrow else None,
                       long_walk_split=_GAE_NARROW_WALK if element_bytes <= 2 else None,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
                       time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None)
@@ -910,11 +939,14 @@ def vtrace(
     dtype = _compute_dtype(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
     element_bytes = _element_bytes(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds,
                                    bootstrap_values, targets)
+    single_chunk_steps = VTRACE_SINGLE_CHUNK_STEPS
+    if element_bytes <= 2 and seq_len == triton.next_power_of_2(seq_len):
+        single_chunk_steps = VTRACE_NARROW_SINGLE_CHUNK_STEPS
     # a float32 split over a single row tile (one chain of look-backs) that does not walk takes
     # 2048-step chunks instead of 512: on an H200, 1x2^24 374-381 us -> 308-313 us in two runs (8 rows:
     # 241-245 -> 276 us, so several row tiles keep the default)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
-                      element_bytes=element_bytes, single_chunk_steps=VTRACE_SINGLE_CHUNK_STEPS,
+                      element_bytes=element_bytes, single_chunk_steps=single_chunk_steps,
                       one_row_tile_split=_SPLIT_BLOCK_TIME if element_bytes == 4 else None,
                       walk_split=_VTRACE_WALK, long_walk_split=_VTRACE_NARROW_WALK if element_bytes <= 2 else None,
                       time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
@@ -1356,8 +1388,10 @@ def episodic_scan(
     """Prefix sums (decay 1) and eligibility traces (decay gamma * lambda, reset after the flag)."""
     num_rows, seq_len = inputs.shape
     dtype = _compute_dtype(inputs, seed_values)
+    element_bytes = _element_bytes(inputs, dones, seed_values, out)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(inputs), inputs.device, heavy=False,
-                      element_bytes=_element_bytes(inputs, dones, seed_values, out),
+                      element_bytes=element_bytes,
+                      single_chunk_steps=EPISODIC_SINGLE_CHUNK_STEPS if element_bytes == 4 else _MANY_ROWS_BLOCK_TIME,
                       split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK,
                       long_walk_split=_EPISODIC_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS)
