@@ -69,8 +69,14 @@ def vtrace_scan(args, CONSTS: tl.constexpr, inputs, mask):
     ratio = tl.exp(log_target - log_behavior)
     rho = tl.minimum(ratio, rho_clip, propagate_nan=tl.PropagateNan.ALL)
     trace = tl.minimum(ratio, c_clip, propagate_nan=tl.PropagateNan.ALL)
-    not_done = 1.0 - tl.maximum(terminated, truncated)
-    delta = rho * (reward + discount * value_next * (1.0 - terminated) - value)
+    # 1 - max(terminated, truncated) and 1 - terminated of 0/1 flags, as selects (as in gae_scan). Measured
+    # on an H200, % of the copy ceiling, products -> selects with last_value as the load's other value
+    # (benchmarks/results/h200-2026-12-02-run25-selects-ab.txt, two interleaved runs): 4096x4096 90.9 /
+    # 91.4 -> 93.3 / 95.0, bf16 values with uint8 flags at 8x2^21 60.1 / 60.5 -> 62.9 / 63.5, stored
+    # [T, N] 64.0 / 63.3 -> 72.4 / 72.5 (4096x4096), 74.4 / 73.6 -> 78.0 / 81.4 (16384x512), 59.2 / 58.8 ->
+    # 64.3 / 64.6 (8x2^21); with truncations, and at the other shapes, within a run's spread.
+    not_done = tl.where((terminated != 0) | (truncated != 0), 0.0, 1.0)
+    delta = rho * (reward + discount * value_next * tl.where(terminated != 0, 0.0, 1.0) - value)
     decay = discount * trace * not_done
     scan_a, scan_b, next_a, next_b = scan_chunk_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0),
                                                               True, VEC)
