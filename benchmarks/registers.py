@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/registers.py [--layouts float32,time-major,bf16] [--json]
     PYTHONPATH=src python benchmarks/registers.py --compile-all
+    PYTHONPATH=src python benchmarks/registers.py --sass gae,vtrace --shapes 4096x4096,8x2097152 --layouts bf16
 
 Walked segments (``rl_triton/kernels/scan.py``) size their grid so that every program is resident at
 once: the walk plans in ``rl_triton/_launch.py`` name the programs per multiprocessor, and those
@@ -24,11 +25,16 @@ estimator in the three layouts at shapes that take each kind of plan, and the au
 exits with an error if any fails: the interpreter runs kernels that Triton's compiler rejects. It
 also disassembles each one (nvdisasm) and fails if a warp-collective instruction (``REDUX``,
 ``SHFL``, ``VOTE``, ``BAR``, ...) carries a guard predicate (``guarded_warp_collectives``).
+
+``--sass`` counts the SASS instructions of each launch of the named calls (``walking_calls``' names) at
+``--shapes``, by opcode: a kernel bound by the instructions it issues (bf16 GAE, benchmarks/NOTES.md,
+"Twenty-fifth round") reads faster when a step takes fewer.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import math
@@ -319,6 +325,20 @@ def guarded_warp_collectives(cubin: bytes) -> list[str]:
     return [" ".join(line.split()) for line in sass.splitlines() if _WARP_COLLECTIVE.search(line)]
 
 
+def sass_opcodes(launch: Launch) -> collections.Counter:
+    """How many SASS instructions of each opcode (without modifiers) the launch's kernel holds for sm_90a."""
+    signature, constants, attributes, options = compile_options(launch)
+    compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
+                              target=GPUTarget("cuda", 90, 32), options=options)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.cubin")
+        with open(path, "wb") as file:
+            file.write(compiled.asm["cubin"])
+        sass = subprocess.run([_nvidia_tool("nvdisasm"), "-c", path], capture_output=True, text=True, check=True).stdout
+    instruction = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
+    return collections.Counter(found.group(1) for line in sass.splitlines() if (found := instruction.match(line)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON list of the rows, for the tests")
@@ -326,7 +346,22 @@ def main() -> None:
                         help=f"comma-separated subset of {','.join(LAYOUTS)} (default float32, as the tests check)")
     parser.add_argument("--compile-all", action="store_true",
                         help="compile every distinct launch of many calls for sm_90a; fail if any does not compile")
+    parser.add_argument("--sass", default="",
+                        help=f"count the SASS instructions of these calls ({','.join(walking_calls(1, 1))}) instead")
+    parser.add_argument("--shapes", default="4096x4096,8x2097152", help="RxT,... for --sass")
     args = parser.parse_args()
+    if args.sass:
+        for layout in args.layouts.split(","):
+            for shape in args.shapes.split(","):
+                num_rows, seq_len = (int(v) for v in shape.split("x"))
+                calls = walking_calls(num_rows, seq_len, layout)
+                for name in args.sass.split(","):
+                    for launch in record_launches(calls[name]):
+                        opcodes = sass_opcodes(launch)
+                        common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
+                        print(f"{layout:10s} {name:20s} {shape:>11s} {launch.kernel.__name__:24s} "
+                              f"{sum(opcodes.values()):5d} instructions ({common})")
+        return
     if args.compile_all:
         compiled, failures = compile_every_launch()
         for failure in failures:
