@@ -162,12 +162,17 @@ def _nvidia_tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
+def _sm90_kernel(launch: Launch) -> object:
+    """The launch's kernel compiled by Triton for sm_90a, with the launch's options."""
+    signature, constants, attributes, options = compile_options(launch)
+    return triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
+                          target=GPUTarget("cuda", 90, 32), options=options)
+
+
 def ptxas_registers(launch: Launch) -> tuple[int, int]:
     """(registers per thread, bytes spilled per thread: stores) that ptxas gives the launch's kernel
     for sm_90a (with the plan's register cap, if it has one)."""
-    signature, constants, attributes, options = compile_options(launch)
-    compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
-                              target=GPUTarget("cuda", 90, 32), options=options)
+    compiled = _sm90_kernel(launch)
     ptxas = _nvidia_tool("ptxas")
     with tempfile.TemporaryDirectory() as folder:
         ptx = os.path.join(folder, "kernel.ptx")
@@ -291,8 +296,7 @@ def compile_every_launch() -> tuple[int, list[str]]:
                 continue
             seen.add(key)
             try:
-                compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
-                                          target=GPUTarget("cuda", 90, 32), options=options)
+                compiled = _sm90_kernel(launch)
             except Exception as error:  # noqa: BLE001 - every failure is reported, then the run fails
                 failures.append(f"{label}: {launch.kernel.__name__}: {type(error).__name__}: {error}"[:600])
                 continue
@@ -316,25 +320,22 @@ def guarded_warp_collectives(cubin: bytes) -> list[str]:
     current kernels holds a guarded warp-collective instruction at all, so a new one is reported
     for inspection (a guard that is uniform across the warp would be harmless).
     """
-    nvdisasm = _nvidia_tool("nvdisasm")
+    return [" ".join(line.split()) for line in _disassemble(cubin).splitlines() if _WARP_COLLECTIVE.search(line)]
+
+
+def _disassemble(cubin: bytes) -> str:
+    """The SASS of a cubin, from nvdisasm."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "kernel.cubin")
         with open(path, "wb") as file:
             file.write(cubin)
-        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
-    return [" ".join(line.split()) for line in sass.splitlines() if _WARP_COLLECTIVE.search(line)]
+        return subprocess.run([_nvidia_tool("nvdisasm"), "-c", path], capture_output=True, text=True,
+                              check=True).stdout
 
 
 def sass_opcodes(launch: Launch) -> collections.Counter:
     """How many SASS instructions of each opcode (without modifiers) the launch's kernel holds for sm_90a."""
-    signature, constants, attributes, options = compile_options(launch)
-    compiled = triton.compile(ASTSource(launch.kernel, signature, constants, attributes),
-                              target=GPUTarget("cuda", 90, 32), options=options)
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "kernel.cubin")
-        with open(path, "wb") as file:
-            file.write(compiled.asm["cubin"])
-        sass = subprocess.run([_nvidia_tool("nvdisasm"), "-c", path], capture_output=True, text=True, check=True).stdout
+    sass = _disassemble(_sm90_kernel(launch).asm["cubin"])
     instruction = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
     return collections.Counter(found.group(1) for line in sass.splitlines() if (found := instruction.match(line)))
 

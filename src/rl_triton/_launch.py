@@ -902,7 +902,7 @@ def gae(
                       max_warps=16 if heavier and not narrow else 8, walk_split=_GAE_WALK,
                       packed_tile_elements=PACKED_TILE_ELEMENTS,
                       narrow_steps_per_warp=GAE_HEAVIER_NARROW_STEPS_PER_WARP if heavier and narrow else None,
-                      long_walk_split=_GAE_NARROW_WALK if element_bytes <= 2 else None,
+                      long_walk_split=_GAE_NARROW_WALK if narrow else None,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
                       time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
