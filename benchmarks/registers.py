@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -350,18 +351,25 @@ def main() -> None:
     parser.add_argument("--sass", default="",
                         help=f"count the SASS instructions of these calls ({','.join(walking_calls(1, 1))}) instead")
     parser.add_argument("--shapes", default="4096x4096,8x2097152", help="RxT,... for --sass")
+    parser.add_argument("--plans", default="default",
+                        help="tile plans for --sass, as benchmarks/tune.py takes them (default: the engine's)")
     args = parser.parse_args()
     if args.sass:
-        for layout in args.layouts.split(","):
-            for shape in args.shapes.split(","):
-                num_rows, seq_len = (int(v) for v in shape.split("x"))
-                calls = walking_calls(num_rows, seq_len, layout)
-                for name in args.sass.split(","):
-                    for launch in record_launches(calls[name]):
-                        opcodes = sass_opcodes(launch)
-                        common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
-                        print(f"{layout:10s} {name:20s} {shape:>11s} {launch.kernel.__name__:24s} "
-                              f"{sum(opcodes.values()):5d} instructions ({common})")
+        from tune import plan_override
+
+        for layout, shape, plan in itertools.product(args.layouts.split(","), args.shapes.split(","),
+                                                     args.plans.split(",")):
+            num_rows, seq_len = (int(v) for v in shape.split("x"))
+            calls = walking_calls(num_rows, seq_len, layout)
+            override = {} if plan == "default" else plan_override(plan)
+            for name in args.sass.split(","):
+                with _launch.tile_override(**override):
+                    launches = record_launches(calls[name])
+                for launch in launches:
+                    opcodes = sass_opcodes(launch)
+                    common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
+                    print(f"{layout:10s} {name:20s} {shape:>11s} {plan:>12s} {launch.kernel.__name__:24s} "
+                          f"{sum(opcodes.values()):5d} instructions ({common})")
         return
     if args.compile_all:
         compiled, failures = compile_every_launch()

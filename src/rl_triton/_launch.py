@@ -161,6 +161,7 @@ _TIME_MAJOR_WALK_PLAN_WARPS = 2
 # 45.9 -> 40.3, eligibility traces 52.2 -> 52.4 keep 64 steps. V-trace with 32 steps and 12 warps read
 # 55.9 -> 60.9 at 8x2^21 but 56.5 -> 52.9 at 64x2^18 (-run16-walk-sweep.txt, -run16-time-major-vtrace.txt).
 _TIME_MAJOR_SHORT_WALK = (32, 16)
+TIME_MAJOR_VEC = 1
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
 _VECTOR_BYTES = 16
@@ -267,6 +268,9 @@ class TilePlan:
     walk_ahead: bool = True
     # chunks per program of a time split (more than one: walked segments)
     segment_chunks: int = 1
+    # time-major groups of ``vec`` steps, each step loaded across the tile's rows (kernels/scan.py:
+    # load_strided_groups)
+    strided_groups: bool = False
 
     @property
     def walk(self) -> bool:
@@ -374,6 +378,7 @@ def plan_tiles(
     long_walk_split: tuple[int, int] | None = None,
     walk_register_cap: bool = True,
     time_major_walk: tuple[int, int] | None = None,
+    time_major_vec: int | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -400,12 +405,14 @@ def plan_tiles(
     segments of at least 8 chunks. Walked segments take at most the registers that let every program of
     the walk be resident at once, unless ``walk_register_cap`` is False. ``time_major_walk``: (chunk
     steps, warps per multiprocessor) of time-major walked segments (None: 64 steps, as many warps as
-    ``walk_split``'s programs of 2 warps).
+    ``walk_split``'s programs of 2 warps). ``time_major_vec``: steps per thread group of time-major
+    tiles, read in strided groups (``kernels/scan.py: load_strided_groups``), for kernels that can (None:
+    the kernel cannot; 1: step by step).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
             time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split, walk_register_cap,
-            time_major_walk)
+            time_major_walk, time_major_vec)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -420,12 +427,13 @@ def _default_plan(
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
     long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
+    time_major_vec: int | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
                  max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
                  time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split,
-                 walk_register_cap, time_major_walk)
+                 walk_register_cap, time_major_walk, time_major_vec)
 
 
 def _time_major_tile(
@@ -451,6 +459,7 @@ def _plan(
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
     long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
+    time_major_vec: int | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     walk_block_time, walk_programs = walk_split or (0, 0)
@@ -552,17 +561,20 @@ def _plan(
     vec = 1
     if element_bytes and not time_major:
         vec = min(_MAX_VEC, _VECTOR_BYTES // element_bytes)
-        # every thread holds at least one group, and a group lies inside one chunk
-        while vec > 1 and (block_time < vec or block_rows * block_time < 32 * num_warps * vec):
-            vec //= 2
+    elif time_major and time_major_vec is not None:
+        vec = time_major_vec
+    # every thread holds at least one group, and a group lies inside one chunk
+    while vec > 1 and (block_time < vec or block_rows * block_time < 32 * num_warps * vec):
+        vec //= 2
     vec = _override.vec or vec
+    strided_groups = time_major and time_major_vec is not None and vec > 1
     if split and segment_chunks > 1:
         default_cap = _walk_register_budget(walk_programs, num_warps) if walk_register_cap else None
     else:
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, True, segment_chunks)
+                    max_registers, True, segment_chunks, strided_groups)
 
 
 def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
@@ -737,6 +749,12 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     vec = meta.get("VEC", 1)
     if vec == 1:
         return meta
+    if meta.get("STRIDED_GROUPS", False):
+        # strided groups load step by step, at any stride and alignment; the row length stays a whole
+        # number of groups, as the scan's masks take it
+        if any(isinstance(arg, torch.Tensor) and arg.dim() == 2 and arg.shape[1] % vec for arg in args):
+            return {**meta, "VEC": 1, "STRIDED_GROUPS": False}
+        return meta
     for arg in args:
         if isinstance(arg, torch.Tensor) and arg.dim() == 2:
             num_rows, seq_len = arg.shape
@@ -878,6 +896,8 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:
         meta["maxnreg"] = plan.max_registers
     if walk:
         meta["WALK"] = plan.walk
+    if plan.strided_groups:
+        meta["STRIDED_GROUPS"] = True
     return meta
 
 
@@ -904,7 +924,8 @@ def gae(
                       narrow_steps_per_warp=GAE_HEAVIER_NARROW_STEPS_PER_WARP if heavier and narrow else None,
                       long_walk_split=_GAE_NARROW_WALK if narrow else None,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
-                      time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None)
+                      time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None,
+                      time_major_vec=TIME_MAJOR_VEC)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -951,7 +972,7 @@ def vtrace(
                       walk_split=_VTRACE_WALK, long_walk_split=_VTRACE_NARROW_WALK if element_bytes <= 2 else None,
                       time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
-                      narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP)
+                      narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP, time_major_vec=TIME_MAJOR_VEC)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
@@ -1361,7 +1382,7 @@ def returns(
                       walk_split=_DISCOUNTED_WALK if discounted else _LAMBDA_WALK,
                       long_walk_split=None if discounted else _LAMBDA_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
-                      time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK)
+                      time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK, time_major_vec=TIME_MAJOR_VEC)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
@@ -1394,12 +1415,13 @@ def episodic_scan(
                       single_chunk_steps=EPISODIC_SINGLE_CHUNK_STEPS if element_bytes == 4 else _MANY_ROWS_BLOCK_TIME,
                       split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK,
                       long_walk_split=_EPISODIC_LONG_WALK,
-                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS)
+                      time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
+                      time_major_vec=TIME_MAJOR_VEC)
     if plan.split and not _override.vec:
         # A forward scan's loads ascend, so Triton reads its steps in vectors anyway; split in time it
         # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
         # eligibility traces 8x2^21 73 -> 66-69, 8x131072 29 -> 26; benchmarks/results/h200-2026-11-30-run7-*)
-        plan = dataclasses.replace(plan, vec=1)
+        plan = dataclasses.replace(plan, vec=1, strided_groups=False)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, inputs.device)
     _launch(
         episodic_scan_kernel, plan.grid,

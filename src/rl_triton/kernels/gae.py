@@ -26,6 +26,7 @@ def next_state_value(
     value, values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time, last_value,
     rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, SHIFT_IN_REGISTERS: tl.constexpr,
+    STRIDED: tl.constexpr,
 ):
     """v_next[t] = values[t+1] * (1 - truncated[t]) + bootstrap_values[t], values[T] := 0.
 
@@ -37,21 +38,24 @@ def next_state_value(
     # value, instead of a comparison and a select for every step of the tile (4 instructions a step). With
     # them it is added after the truncation factor, which does not apply to it.
     LAST_AS_OTHER: tl.constexpr = BOOTSTRAP == 1 and not HAS_TRUNCATED
-    if LAST_AS_OTHER:
+    if LAST_AS_OTHER and STRIDED:
+        # strided groups load [rows, groups] tiles, one step at a time
+        past_end = last_value[:, None]
+    elif LAST_AS_OTHER:
         past_end = per_step(last_value, VEC)
     else:
         past_end = 0.0
     if SHIFT_IN_REGISTERS:
         value_next = shifted_chunk(value, values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len,
-                                   past_end, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
+                                   past_end, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1, STRIDED=STRIDED)
     else:
         value_next = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, past_end,
-                                DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1)
+                                DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, True, SHIFT=1, STRIDED=STRIDED)
     if HAS_TRUNCATED:
         value_next = value_next * (1.0 - truncated)
     if BOOTSTRAP == 2:
         value_next += load_chunk(bootstrap_ptr, rows, row_ok, s_boot_row, chunk, s_boot_time, seq_len, 0.0, DTYPE,
-                                 BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                                 BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     if BOOTSTRAP == 1 and not LAST_AS_OTHER:
         is_last = tl.expand_dims(steps == seq_len - 1, 0)
         value_next += tl.where(is_last, per_step(last_value, VEC), tl.zeros_like(value_next))
@@ -65,19 +69,20 @@ def gae_chunk_inputs(
     s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
     rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, SHIFT_IN_REGISTERS: tl.constexpr,
+    STRIDED: tl.constexpr,
 ):
     """The loads of one chunk: rewards, values, flags and the next state's value."""
     reward = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
-                        BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                        BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     value = load_chunk(values_ptr, rows, row_ok, s_values_row, chunk, s_values_time, seq_len, 0.0, DTYPE,
-                       BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                       BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
                                                s_trunc_row, s_trunc_time, chunk, seq_len, HAS_TRUNCATED, DTYPE,
-                                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                                               BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
     value_next = next_state_value(
         value, values_ptr, s_values_row, s_values_time, truncated, bootstrap_ptr, s_boot_row, s_boot_time,
         last_value, rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
-        SHIFT_IN_REGISTERS,
+        SHIFT_IN_REGISTERS, STRIDED,
     )
     return reward, value, terminated, truncated, value_next
 
@@ -92,6 +97,7 @@ def gae_load(args, CONSTS: tl.constexpr, chunk, steps):
     BLOCK_TIME: tl.constexpr = CONSTS[4]
     VEC: tl.constexpr = CONSTS[5]
     SHIFT_IN_REGISTERS: tl.constexpr = CONSTS[6]
+    STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, last_value, _, rows, row_ok, seq_len = args
     rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, _ = pointers
     (s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
@@ -100,7 +106,7 @@ def gae_load(args, CONSTS: tl.constexpr, chunk, steps):
         rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
         s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
         s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, chunk, steps, seq_len,
-        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, SHIFT_IN_REGISTERS)
+        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, SHIFT_IN_REGISTERS, STRIDED)
 
 
 @triton.jit
@@ -134,10 +140,11 @@ def gae_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     BLOCK_ROWS: tl.constexpr = CONSTS[3]
     BLOCK_TIME: tl.constexpr = CONSTS[4]
     VEC: tl.constexpr = CONSTS[5]
+    STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, _, rows, row_ok, seq_len = args
     scan_a, scan_b = scanned
     store_chunk(pointers[5], rows, row_ok, strides[10], chunk, strides[11], seq_len,
-                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
 @triton.jit
@@ -150,7 +157,7 @@ def gae_kernel(
     gamma: tl.float64, lambda_: tl.float64,
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
-    DTYPE: tl.constexpr, VEC: tl.constexpr,
+    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -169,7 +176,7 @@ def gae_kernel(
     # 56.3 / 57.2 -> 62.7 / 63.1; V-trace walks at 8x2^21 84.7 / 85.0 -> 79.2 / 77.6.
     shift_in_registers: tl.constexpr = not WALK
     scan_program(gae_load, gae_load, gae_scan, gae_store, args,
-                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers),
+                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, STRIDED_GROUPS),
                  tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
                  seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
                  BLOCK_TIME, WINDOW, VEC)

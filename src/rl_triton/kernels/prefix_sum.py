@@ -27,15 +27,16 @@ def episodic_load(args, CONSTS: tl.constexpr, chunk, steps):
     BLOCK_ROWS: tl.constexpr = CONSTS[2]
     BLOCK_TIME: tl.constexpr = CONSTS[3]
     VEC: tl.constexpr = CONSTS[4]
+    STRIDED: tl.constexpr = CONSTS[5]
     pointers, strides, _, rows, row_ok, seq_len = args
     inputs_ptr, dones_ptr, _ = pointers
     s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, _, _ = strides
     inputs = load_chunk(inputs_ptr, rows, row_ok, s_inputs_row, chunk, s_inputs_time, seq_len, 0.0, DTYPE,
-                        BLOCK_ROWS, BLOCK_TIME, VEC, False)
+                        BLOCK_ROWS, BLOCK_TIME, VEC, False, STRIDED=STRIDED)
     # "ends_at": the flag of the previous step resets (done[-1] := 0)
     shift: tl.constexpr = -1 if RESET_AFTER_FLAG else 0
     reset = load_chunk(dones_ptr, rows, row_ok, s_dones_row, chunk, s_dones_time, seq_len, 0, DTYPE,
-                       BLOCK_ROWS, BLOCK_TIME, VEC, False, SHIFT=shift, FLAG=True)
+                       BLOCK_ROWS, BLOCK_TIME, VEC, False, SHIFT=shift, FLAG=True, STRIDED=STRIDED)
     return inputs, reset
 
 
@@ -53,10 +54,11 @@ def episodic_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     BLOCK_ROWS: tl.constexpr = CONSTS[2]
     BLOCK_TIME: tl.constexpr = CONSTS[3]
     VEC: tl.constexpr = CONSTS[4]
+    STRIDED: tl.constexpr = CONSTS[5]
     pointers, strides, _, rows, row_ok, seq_len = args
     scan_a, scan_b = scanned
     store_chunk(pointers[2], rows, row_ok, strides[4], chunk, strides[5], seq_len,
-                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False)
+                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False, STRIDED)
 
 
 @triton.jit
@@ -68,7 +70,7 @@ def episodic_scan_kernel(
     decay: tl.float64,
     HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
-    DTYPE: tl.constexpr, VEC: tl.constexpr,
+    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -81,6 +83,6 @@ def episodic_scan_kernel(
         tl.cast(decay, DTYPE), rows, row_ok, seq_len,
     )
     scan_program(episodic_load, episodic_load, episodic_scan, episodic_store, args,
-                 (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), carry, row_tile, order, first, my_chunks,
+                 (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS), carry, row_tile, order, first, my_chunks,
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
                  PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)

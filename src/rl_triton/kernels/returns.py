@@ -29,23 +29,24 @@ def returns_load(args, CONSTS: tl.constexpr, chunk, steps):
     BLOCK_ROWS: tl.constexpr = CONSTS[4]
     BLOCK_TIME: tl.constexpr = CONSTS[5]
     VEC: tl.constexpr = CONSTS[6]
+    STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, rows, row_ok, seq_len = args
     rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, _ = pointers
     (s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
      s_boot_row, s_boot_time, _, _) = strides
     rewards = load_chunk(rewards_ptr, rows, row_ok, s_rewards_row, chunk, s_rewards_time, seq_len, 0.0, DTYPE,
-                         BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                         BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     terminated, truncated = load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time,
                                                s_trunc_row, s_trunc_time, chunk, seq_len, HAS_TRUNCATED, DTYPE,
-                                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                                               BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
     next_value = tl.zeros_like(rewards)
     if HAS_NEXT_VALUES:
         next_value = load_chunk(next_values_ptr, rows, row_ok, s_next_row, chunk, s_next_time, seq_len, 0.0, DTYPE,
-                                BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                                BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     bootstrap = tl.zeros_like(rewards)
     if HAS_TRUNCATED and HAS_BOOTSTRAP:
         bootstrap = load_chunk(bootstrap_ptr, rows, row_ok, s_boot_row, chunk, s_boot_time, seq_len, 0.0, DTYPE,
-                               BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                               BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     return rewards, terminated, truncated, next_value, bootstrap
 
 
@@ -72,10 +73,11 @@ def returns_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     BLOCK_ROWS: tl.constexpr = CONSTS[4]
     BLOCK_TIME: tl.constexpr = CONSTS[5]
     VEC: tl.constexpr = CONSTS[6]
+    STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, rows, row_ok, seq_len = args
     scan_a, scan_b = scanned
     store_chunk(pointers[5], rows, row_ok, strides[10], chunk, strides[11], seq_len,
-                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
 @triton.jit
@@ -89,6 +91,7 @@ def returns_kernel(
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr,
     SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr,
     BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
+    STRIDED_GROUPS: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -105,6 +108,7 @@ def returns_kernel(
         rows, row_ok, seq_len,
     )
     scan_program(returns_load, returns_load, returns_scan, returns_store, args,
-                 (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC), carry,
+                 (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS),
+                 carry,
                  row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
                  aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)

@@ -559,19 +559,101 @@ def store_tile(ptr, rows, row_stride, steps, time_stride, values, mask):
 
 
 @triton.jit
+def chunk_groups(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+    """int64 first step (in memory order) of each group of a chunk, as [groups]: groups in processing order."""
+    groups = tl.arange(0, BLOCK_TIME // VEC)
+    if BACKWARD:
+        groups = BLOCK_TIME // VEC - 1 - groups
+    return tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC
+
+
+@triton.jit
+def strided_group_starts(ptr, rows, row_ok, row_stride, group_starts, time_stride, seq_len):
+    """Pointers to the first step of each group of a strided tile, [rows, groups], and the groups'
+    in-range mask (a row length of whole groups: every step of a group is in range, or none is)."""
+    starts = ptr + rows[:, None] * row_stride + group_starts[None, :] * time_stride
+    return starts, row_ok[:, None] & (group_starts < seq_len)[None, :]
+
+
+@triton.jit
+def strided_lane_mask(group_mask, row_ok, group_starts, seq_len, OFFSET: tl.constexpr, VEC: tl.constexpr):
+    """In-range mask of the step OFFSET steps after each group's first: the group's own mask inside
+    the group, a mask of its own for a step past either edge (shifted loads)."""
+    if OFFSET >= 0 and OFFSET < VEC:
+        return group_mask
+    else:
+        steps = group_starts + OFFSET
+        return row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
+
+
+@triton.jit
+def load_strided_groups(starts, group_mask, row_ok, group_starts, time_stride, seq_len, other,
+                        SHIFT: tl.constexpr, FIRST: tl.constexpr, STRIDE: tl.constexpr, COUNT: tl.constexpr,
+                        VEC: tl.constexpr):
+    """Steps SHIFT + FIRST, SHIFT + FIRST + STRIDE, ... (COUNT of them) after each group's first
+    step (``strided_group_starts``), as [rows, groups, COUNT].
+
+    Time-major rows have no contiguous steps to load as a vector; each step is loaded across the
+    tile's rows instead (one load per step whose lanes read neighbouring rows), and the loads are
+    joined into groups that one thread holds (``tl.join`` adds an in-thread dimension), so a group
+    is scanned in registers as a batch-major one is. Lanes are interleaved as ``scan_group`` splits
+    them: step FIRST + STRIDE * (2k + j) sits at lane 2k + j.
+    """
+    if COUNT == 2:
+        first = tl.load(starts + tl.cast(time_stride, tl.int64) * (SHIFT + FIRST),
+                        mask=strided_lane_mask(group_mask, row_ok, group_starts, seq_len, SHIFT + FIRST, VEC),
+                        other=other)
+        second = tl.load(starts + tl.cast(time_stride, tl.int64) * (SHIFT + FIRST + STRIDE),
+                         mask=strided_lane_mask(group_mask, row_ok, group_starts, seq_len, SHIFT + FIRST + STRIDE, VEC),
+                         other=other)
+        pairs = tl.join(first, second)
+    else:
+        even = load_strided_groups(starts, group_mask, row_ok, group_starts, time_stride, seq_len, other, SHIFT,
+                                   FIRST, 2 * STRIDE, COUNT // 2, VEC)
+        odd = load_strided_groups(starts, group_mask, row_ok, group_starts, time_stride, seq_len, other, SHIFT,
+                                  FIRST + STRIDE, 2 * STRIDE, COUNT // 2, VEC)
+        pairs = tl.join(even, odd)
+    return tl.reshape(pairs, [pairs.shape[0], pairs.shape[1], COUNT])
+
+
+@triton.jit
+def store_strided_groups(starts, group_mask, time_stride, values, FIRST: tl.constexpr, STRIDE: tl.constexpr,
+                         COUNT: tl.constexpr):
+    """The inverse of ``load_strided_groups`` (unshifted): ``values`` [rows, groups, COUNT] stored step by step."""
+    even, odd = tl.split(tl.reshape(values, [values.shape[0], values.shape[1], COUNT // 2, 2]))
+    if COUNT == 2:
+        tl.store(starts + tl.cast(time_stride, tl.int64) * FIRST, tl.reshape(even, [even.shape[0], even.shape[1]]),
+                 mask=group_mask)
+        tl.store(starts + tl.cast(time_stride, tl.int64) * (FIRST + STRIDE),
+                 tl.reshape(odd, [odd.shape[0], odd.shape[1]]), mask=group_mask)
+    else:
+        store_strided_groups(starts, group_mask, time_stride, even, FIRST, 2 * STRIDE, COUNT // 2)
+        store_strided_groups(starts, group_mask, time_stride, odd, FIRST + STRIDE, 2 * STRIDE, COUNT // 2)
+
+
+@triton.jit
 def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE: tl.constexpr,
                BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
-               SHIFT: tl.constexpr = 0, FLAG: tl.constexpr = False):
+               SHIFT: tl.constexpr = 0, FLAG: tl.constexpr = False, STRIDED: tl.constexpr = False):
     """A chunk tile in processing order (``chunk_steps``' shape), of time steps shifted by SHIFT.
 
     Steps outside [0, seq_len) read ``other``. FLAG tiles (bool, integer or float storage) become
     0/1: any non-zero value is set. Grouped tiles (VEC > 1) hold contiguous steps per thread, so
     their loads are vectorised in either scan direction; their ``row_stride`` must be a multiple of
-    VEC, as must the row length (``whole_groups``).
+    VEC, as must the row length (``whole_groups``). STRIDED grouped tiles read each step of a group
+    across the tile's rows instead (``load_strided_groups``: for any strides; the row length still a
+    multiple of VEC).
     """
-    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC) + SHIFT
-    mask = step_mask(row_ok, steps, seq_len, VEC)
-    values = tl.load(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride, mask=mask, other=other)
+    if STRIDED:
+        groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
+        starts, group_mask = strided_group_starts(ptr, rows, row_ok, row_stride, groups, time_stride, seq_len)
+        values = load_strided_groups(starts, group_mask, row_ok, groups, time_stride, seq_len, other, SHIFT, 0, 1, VEC,
+                                     VEC)
+    else:
+        steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC) + SHIFT
+        mask = step_mask(row_ok, steps, seq_len, VEC)
+        values = tl.load(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride, mask=mask,
+                         other=other)
     if FLAG:
         return (values != 0).to(DTYPE)
     return values.to(DTYPE)
@@ -602,7 +684,7 @@ def shift_group(x, edge, SHIFT: tl.constexpr, N: tl.constexpr):
 @triton.jit
 def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE: tl.constexpr,
                   BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
-                  SHIFT: tl.constexpr, FLAG: tl.constexpr = False):
+                  SHIFT: tl.constexpr, FLAG: tl.constexpr = False, STRIDED: tl.constexpr = False):
     """``load_chunk(..., SHIFT=SHIFT)`` given ``x``, the same chunk unshifted: grouped tiles take all
     but one step of each group from ``x`` and load only the step just past the group (one scalar per
     thread and group instead of VEC, whose shifted addresses could not be loaded as one vector)."""
@@ -610,14 +692,21 @@ def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len,
         return load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other, DTYPE,
                           BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, SHIFT=SHIFT, FLAG=FLAG)
     else:
-        groups = tl.arange(0, BLOCK_TIME // VEC)[:, None]
-        if BACKWARD:
-            groups = BLOCK_TIME // VEC - 1 - groups
         edge_offset: tl.constexpr = VEC if SHIFT > 0 else -1
-        edge_steps = tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC + edge_offset
-        mask = step_mask(row_ok, edge_steps, seq_len, VEC)
-        edge = tl.load(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(edge_steps, 0) * time_stride,
-                       mask=mask, other=other)
+        if STRIDED:
+            groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
+            starts, group_mask = strided_group_starts(ptr, rows, row_ok, row_stride, groups, time_stride, seq_len)
+            edge = tl.load(starts + tl.cast(time_stride, tl.int64) * edge_offset,
+                           mask=strided_lane_mask(group_mask, row_ok, groups, seq_len, edge_offset, VEC), other=other)
+            edge = tl.expand_dims(edge, 2)
+        else:
+            groups = tl.arange(0, BLOCK_TIME // VEC)[:, None]
+            if BACKWARD:
+                groups = BLOCK_TIME // VEC - 1 - groups
+            edge_steps = tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC + edge_offset
+            mask = step_mask(row_ok, edge_steps, seq_len, VEC)
+            edge = tl.load(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(edge_steps, 0) * time_stride,
+                           mask=mask, other=other)
         if FLAG:
             edge = (edge != 0).to(DTYPE)
         else:
@@ -629,22 +718,28 @@ def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len,
 def load_episode_flags(terminated_ptr, truncated_ptr, rows, row_ok, s_term_row, s_term_time, s_trunc_row,
                        s_trunc_time, chunk, seq_len, HAS_TRUNCATED: tl.constexpr, DTYPE: tl.constexpr,
                        BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr,
-                       BACKWARD: tl.constexpr):
+                       BACKWARD: tl.constexpr, STRIDED: tl.constexpr = False):
     """(terminated, truncated) tiles of a chunk as 0/1; truncated is zeros when a call passes none."""
     terminated = load_chunk(terminated_ptr, rows, row_ok, s_term_row, chunk, s_term_time, seq_len, 0, DTYPE,
-                            BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, FLAG=True)
+                            BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, FLAG=True, STRIDED=STRIDED)
     truncated = tl.zeros_like(terminated)
     if HAS_TRUNCATED:
         truncated = load_chunk(truncated_ptr, rows, row_ok, s_trunc_row, chunk, s_trunc_time, seq_len, 0, DTYPE,
-                               BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, FLAG=True)
+                               BLOCK_ROWS, BLOCK_TIME, VEC, BACKWARD, FLAG=True, STRIDED=STRIDED)
     return terminated, truncated
 
 
 @triton.jit
 def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, values,
-                BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr):
+                BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
+                STRIDED: tl.constexpr = False):
     """Store a chunk tile given in processing order (the inverse of load_chunk)."""
-    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
-    mask = step_mask(row_ok, steps, seq_len, VEC)
-    tl.store(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride,
-             values.to(ptr.dtype.element_ty), mask=mask)
+    if STRIDED:
+        groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
+        starts, group_mask = strided_group_starts(ptr, rows, row_ok, row_stride, groups, time_stride, seq_len)
+        store_strided_groups(starts, group_mask, time_stride, values.to(ptr.dtype.element_ty), 0, 1, VEC)
+    else:
+        steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
+        mask = step_mask(row_ok, steps, seq_len, VEC)
+        tl.store(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride,
+                 values.to(ptr.dtype.element_ty), mask=mask)

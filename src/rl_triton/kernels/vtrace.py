@@ -22,17 +22,18 @@ def vtrace_chunk_inputs(
     s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
     rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, DTYPE: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, VEC: tl.constexpr, SHIFT_IN_REGISTERS: tl.constexpr,
+    STRIDED: tl.constexpr,
 ):
     """The loads of one chunk: log-probabilities, then GAE's (rewards, values, flags, next state's value)."""
     log_target = load_chunk(log_target_ptr, rows, row_ok, s_target_row, chunk, s_target_time, seq_len, 0.0, DTYPE,
-                            BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                            BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     log_behavior = load_chunk(log_behavior_ptr, rows, row_ok, s_behavior_row, chunk, s_behavior_time, seq_len, 0.0, DTYPE,
-                              BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                              BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED=STRIDED)
     reward, value, terminated, truncated, value_next = gae_chunk_inputs(
         rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, last_value,
         s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
         s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, rows, row_ok, chunk, steps, seq_len,
-        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, SHIFT_IN_REGISTERS)
+        HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, SHIFT_IN_REGISTERS, STRIDED)
     return log_target, log_behavior, reward, value, terminated, truncated, value_next
 
 
@@ -46,6 +47,7 @@ def vtrace_load(args, CONSTS: tl.constexpr, chunk, steps):
     BLOCK_TIME: tl.constexpr = CONSTS[4]
     VEC: tl.constexpr = CONSTS[5]
     SHIFT_IN_REGISTERS: tl.constexpr = CONSTS[6]
+    STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, last_value, _, rows, row_ok, seq_len = args
     log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, _, _ = (
         pointers)
@@ -56,7 +58,7 @@ def vtrace_load(args, CONSTS: tl.constexpr, chunk, steps):
         last_value, s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
         s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time, s_boot_row, s_boot_time,
         rows, row_ok, chunk, steps, seq_len, HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC,
-        SHIFT_IN_REGISTERS)
+        SHIFT_IN_REGISTERS, STRIDED)
 
 
 @triton.jit
@@ -89,6 +91,7 @@ def vtrace_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     BLOCK_ROWS: tl.constexpr = CONSTS[3]
     BLOCK_TIME: tl.constexpr = CONSTS[4]
     VEC: tl.constexpr = CONSTS[5]
+    STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, scalars, rows, row_ok, seq_len = args
     scan_a, scan_b, next_a, next_b, delta, rho, not_done = scanned
     correction = scan_a + scan_b * per_step(carry, VEC)
@@ -97,9 +100,9 @@ def vtrace_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     # last column uses bootstrap values for both, so A[t] = delta[t] + rho*gamma*(1-done)*correction[t+1]
     advantage = delta + rho * scalars[0] * not_done * correction_next
     store_chunk(pointers[7], rows, row_ok, strides[14], chunk, strides[15], seq_len, correction + inputs[3],
-                BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
     store_chunk(pointers[8], rows, row_ok, strides[14], chunk, strides[15], seq_len, advantage,
-                BLOCK_ROWS, BLOCK_TIME, VEC, True)
+                BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
 @triton.jit
@@ -114,7 +117,7 @@ def vtrace_kernel(
     gamma: tl.float64, rho_bar: tl.float64, c_bar: tl.float64,
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
-    DTYPE: tl.constexpr, VEC: tl.constexpr,
+    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -132,7 +135,7 @@ def vtrace_kernel(
     # values[t+1] moved in registers except in walked segments, as in gae_kernel
     shift_in_registers: tl.constexpr = not WALK
     scan_program(vtrace_load, vtrace_load, vtrace_scan, vtrace_store, args,
-                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers),
+                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, STRIDED_GROUPS),
                  tl.zeros([BLOCK_ROWS], DTYPE),
                  row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
                  aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)

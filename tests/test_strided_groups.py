@@ -1,0 +1,80 @@
+"""Time-major tiles read in strided groups: each thread holds VEC steps of one row, every step loaded
+across the tile's rows (``kernels/scan.py: load_strided_groups``), scanned in registers as batch-major
+groups are. Every kernel that reads them (GAE, V-trace, lambda- and discounted returns, eligibility
+traces, prefix sums) is checked against the float64 oracle on [T, N] buffers, in each kind of plan:
+rows walked chunk by chunk, a time split of one chunk per program, and walked segments.
+"""
+
+import pytest
+import torch
+
+from conftest import TOLERANCE, assert_outputs_rel
+from rl_triton import _dispatch, _launch
+from test_walk import ORACLES, estimator_calls, run
+
+NAMES = ["gae", "gae_last_value", "vtrace", "lambda", "discounted", "traces", "prefix_sum", "prefix_sum_starts_at"]
+
+PLANS = {
+    # 3 row tiles of 4 rows, every row walked in chunks of 4 groups of 4 steps by one program
+    "chunks": {"block_rows": 4, "block_time": 16, "split": False, "vec": 4},
+    # one chunk of 2 groups of 8 steps per program, carries by look-back
+    "split": {"block_rows": 4, "block_time": 16, "split": True, "walk_programs": 0, "vec": 8},
+    # segments of several chunks of 4 groups of 2 steps
+    "walk": {"block_rows": 4, "block_time": 8, "split": True, "walk_programs": 2, "vec": 2},
+}
+
+
+@pytest.fixture(autouse=True)
+def four_multiprocessors(monkeypatch):
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 4)
+    yield
+    _launch._default_plan.cache_clear()
+
+
+@pytest.mark.parametrize("plan", list(PLANS))
+@pytest.mark.parametrize("name", NAMES)
+def test_time_major_strided_groups(name, plan, make_rollout):
+    ro = make_rollout(11, 200)
+    out, expected = run(name, ro, tile=PLANS[plan], time_major=True)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("name", ["gae", "vtrace", "traces"])
+def test_rows_of_no_whole_number_of_groups_read_step_by_step(name, make_rollout, monkeypatch):
+    """A row length that is not a multiple of VEC falls back to one step per thread position."""
+    metas = []
+    launch = _launch._launch
+
+    def record(kernel, grid, *args, **meta):
+        metas.append(_launch._grouped_meta(args, meta))
+        launch(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(_launch, "_launch", record)
+    ro = make_rollout(5, 201)
+    out, expected = run(name, ro, tile=PLANS["chunks"], time_major=True)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+    assert metas and all(meta["VEC"] == 1 and not meta.get("STRIDED_GROUPS") for meta in metas)
+    metas.clear()
+    run(name, make_rollout(5, 200), tile=PLANS["chunks"], time_major=True)
+    assert metas and all(meta["VEC"] == 4 and meta["STRIDED_GROUPS"] for meta in metas)
+
+
+@pytest.mark.parametrize("name", ["gae_last_value", "vtrace", "prefix_sum"])
+def test_strided_groups_of_sliced_time_major_buffers(name, make_rollout):
+    """Rows that are not adjacent in memory (every other env of a [T, 2N] buffer) are read in place."""
+    compute, build = estimator_calls(0.99, 0.95)[name]
+    ro = make_rollout(6, 64)
+
+    def every_other_env(x):
+        if not torch.is_tensor(x) or x.dim() != 2:
+            return x
+        wide = torch.full((x.shape[1], 2 * x.shape[0]), float("nan") if x.is_floating_point() else 1, dtype=x.dtype)
+        wide[:, ::2] = x.t()
+        return wide[:, ::2]
+
+    kwargs = {key: every_other_env(value) for key, value in build(ro).items()}
+    with _dispatch.use_backend("triton"), _launch.tile_override(**PLANS["chunks"]):
+        out = compute(**kwargs, time_dim=0)
+    out = tuple(o.t() for o in out) if isinstance(out, tuple) else out.t()
+    assert_outputs_rel(out, ORACLES[compute](**build(ro.oracle_inputs())), TOLERANCE[torch.float32])
