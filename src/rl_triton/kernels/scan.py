@@ -570,9 +570,10 @@ def chunk_groups(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: t
 @triton.jit
 def strided_group_starts(ptr, rows, row_ok, row_stride, group_starts, time_stride, seq_len):
     """Pointers to the first step of each group of a strided tile, [rows, groups], and the groups'
-    in-range mask (a row length of whole groups: every step of a group is in range, or none is)."""
+    in-range mask (a row length of whole groups: every step of a group is in range, or none is; the
+    chunk before the first, which a backward walk's last load ahead names, lies at negative steps)."""
     starts = ptr + rows[:, None] * row_stride + group_starts[None, :] * time_stride
-    return starts, row_ok[:, None] & (group_starts < seq_len)[None, :]
+    return starts, row_ok[:, None] & ((group_starts >= 0) & (group_starts < seq_len))[None, :]
 
 
 @triton.jit
