@@ -52,24 +52,40 @@ def test_time_major_tiles_follow_the_number_of_programs():
 def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
     def tile(launcher, *inputs):
         seen = recorded_meta(monkeypatch, launcher, *inputs)
-        assert not seen["SPLIT"] and seen.get("VEC", 1) == 1
-        return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]
+        assert not seen["SPLIT"]
+        strided = seen.get("STRIDED_GROUPS", False)
+        assert seen.get("VEC", 1) == (8 if strided else 1)
+        return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], strided
 
     def time_major(rows, seq_len=64):
         return torch.zeros(seq_len, rows).t()
 
-    # from 16384 rows each kernel takes its own tile (rows, steps, warps); fewer rows: by the programs made
+    # strided groups of 8 steps: from 16384 rows 32 rows x 32 steps with 4 warps (V-trace 32 x 64),
+    # fewer rows 32 x 64 with 8 warps; the plain recurrence reads step by step
     x, flags, out = time_major(16384), time_major(16384), time_major(16384)
-    assert tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (32, 32, 2)
-    assert tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None) == (16, 32, 1)
+    assert tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (32, 32, 4, True)
+    assert tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None) == (32, 32, 4, True)
     assert tile(_launch.vtrace, out, time_major(16384), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None,
-                x[:, 0]) == (32, 16, 2)
-    assert tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (32, 32, 2)
-    assert tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x) == (32, 32, 2)
-    assert tile(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (32, 32, 2)
-    assert tile(_launch.linear_recurrence, out, x, x, None, True) == (32, 32, 4)
+                x[:, 0]) == (32, 64, 4, True)
+    assert tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (32, 32, 4, True)
+    assert tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x) == (32, 32, 4, True)
+    assert tile(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (32, 32, 4, True)
+    assert tile(_launch.linear_recurrence, out, x, x, None, True) == (32, 32, 4, False)
     fewer = time_major(16383)
-    assert tile(_launch.gae, fewer, fewer, fewer, fewer, None, 0.99, 0.95, None, fewer[:, 0]) == (16, 64, 4)
+    assert tile(_launch.gae, fewer, fewer, fewer, fewer, None, 0.99, 0.95, None, fewer[:, 0]) == (32, 64, 8, True)
+    assert tile(_launch.vtrace, fewer, fewer, fewer, fewer, fewer, fewer, fewer, None, 0.99, 1.0, 1.0, None,
+                fewer[:, 0]) == (32, 64, 8, True)
+
+
+def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_by_step():
+    cpu = torch.device("cpu")
+    walk = _launch.plan_tiles(8, 1 << 21, True, cpu, heavy=False, walk_split=_launch._GAE_WALK,
+                              time_major_walk=_launch._TIME_MAJOR_SHORT_WALK,
+                              strided_time_major=_launch.STRIDED_TIME_MAJOR)
+    assert walk.walk and walk.strided_groups and walk.vec == 8
+    assert (walk.block_rows, walk.block_time, walk.num_warps) == (8, 64, 2)
+    split = _launch.plan_tiles(64, 4096, True, cpu, heavy=False, strided_time_major=_launch.STRIDED_TIME_MAJOR)
+    assert split.split and not split.walk and not split.strided_groups and split.vec == 1
 
 
 def recorded_meta(monkeypatch, launcher, *inputs) -> dict:

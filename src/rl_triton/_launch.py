@@ -161,7 +161,33 @@ _TIME_MAJOR_WALK_PLAN_WARPS = 2
 # 45.9 -> 40.3, eligibility traces 52.2 -> 52.4 keep 64 steps. V-trace with 32 steps and 12 warps read
 # 55.9 -> 60.9 at 8x2^21 but 56.5 -> 52.9 at 64x2^18 (-run16-walk-sweep.txt, -run16-time-major-vtrace.txt).
 _TIME_MAJOR_SHORT_WALK = (32, 16)
-TIME_MAJOR_VEC = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class StridedTimeMajor:
+    """Time-major tiles read in strided groups: ``vec`` steps of one row per thread, each step loaded
+    across the tile's rows (``kernels/scan.py: load_strided_groups``). (rows, steps, warps) of the
+    tiles of calls of at least ``_TIME_MAJOR_MANY_ROWS`` rows (``many_rows``) and of fewer rows not
+    split in time (``tile``); walked segments keep the time-major walk tile (64 steps, also where the
+    kernel's step-by-step walk takes shorter chunks), and a time split of one chunk per program reads
+    step by step."""
+
+    vec: int
+    many_rows: tuple[int, int, int]
+    tile: tuple[int, int, int]
+
+
+# Measured on an H200, float32 stored [T, N], % of the copy ceiling, step by step (the tiles above) ->
+# strided groups of 8 steps (benchmarks/results/h200-2026-12-02-run26-strided-sweep*.txt, 3 input
+# sets): 16384x512 with 32 rows x 32 steps and 4 warps: GAE 79.4 -> 90.1, with truncations 76.7 ->
+# 91.4, eligibility traces 69.7 -> 80.9, lambda-returns 89.1 -> 89.8; V-trace 78.7 -> 87.2 with 32 x 64
+# (76.5 with 32 x 32). 4096x4096 with 32 x 64 and 8 warps: GAE 70.9 -> 76.6, with truncations 51.2 ->
+# 71.7, V-trace 72.5 -> 92.7, eligibility traces 60.1 -> 67.5, lambda-returns 76.7 -> 91.3 (32 x 32
+# with 4 warps makes 128 programs for 4096 rows: 46-65). Walked at 8x2^21 (tiles of 8 rows x 64 steps,
+# 2 warps, 8 programs per multiprocessor): GAE 49.2 -> 65.3, with truncations 61.4 -> 67.6, eligibility
+# traces 56.2 -> 59.4, lambda-returns 66.0 -> 66.7, V-trace 64.1 -> 64.1.
+STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8))
+VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 4), (32, 64, 8))
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
 _VECTOR_BYTES = 16
@@ -378,7 +404,7 @@ def plan_tiles(
     long_walk_split: tuple[int, int] | None = None,
     walk_register_cap: bool = True,
     time_major_walk: tuple[int, int] | None = None,
-    time_major_vec: int | None = None,
+    strided_time_major: StridedTimeMajor | None = None,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -405,14 +431,13 @@ def plan_tiles(
     segments of at least 8 chunks. Walked segments take at most the registers that let every program of
     the walk be resident at once, unless ``walk_register_cap`` is False. ``time_major_walk``: (chunk
     steps, warps per multiprocessor) of time-major walked segments (None: 64 steps, as many warps as
-    ``walk_split``'s programs of 2 warps). ``time_major_vec``: steps per thread group of time-major
-    tiles, read in strided groups (``kernels/scan.py: load_strided_groups``), for kernels that can (None:
-    the kernel cannot; 1: step by step).
+    ``walk_split``'s programs of 2 warps). ``strided_time_major``: the tiles of time-major calls read in
+    strided groups (``kernels/scan.py: load_strided_groups``), for kernels that can (None: step by step).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
             time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split, walk_register_cap,
-            time_major_walk, time_major_vec)
+            time_major_walk, strided_time_major)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -427,13 +452,13 @@ def _default_plan(
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
     long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
-    time_major_vec: int | None,
+    strided_time_major: StridedTimeMajor | None,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
                  max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
                  time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split,
-                 walk_register_cap, time_major_walk, time_major_vec)
+                 walk_register_cap, time_major_walk, strided_time_major)
 
 
 def _time_major_tile(
@@ -459,16 +484,26 @@ def _plan(
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
     long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
-    time_major_vec: int | None,
+    strided_time_major: StridedTimeMajor | None,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     walk_block_time, walk_programs = walk_split or (0, 0)
     if _override.walk_programs is not None:
         walk_programs = _override.walk_programs
     segment_chunks = 1
-    if time_major:
+    if not time_major:
+        strided_time_major = None
+    if strided_time_major is not None:
+        # strided groups take the time-major walk tile of 64 steps (see StridedTimeMajor)
+        time_major_walk = None
+    if time_major and strided_time_major is not None and time_major_tile is None:
+        tile_rows, tile_steps, tile_warps = (strided_time_major.many_rows if num_rows >= _TIME_MAJOR_MANY_ROWS
+                                             else strided_time_major.tile)
+        unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
+    elif time_major:
         tile_rows, tile_steps, unsplit_rows, tile_warps = (
             time_major_tile or _time_major_tile(num_rows, heavy, time_major_many_rows))
+    if time_major:
         block_time = min(time_pow2, tile_steps)
         block_rows = min(rows_pow2, tile_rows * tile_steps // block_time)
         # too few rows leave too few loads in flight: split time as well
@@ -561,13 +596,13 @@ def _plan(
     vec = 1
     if element_bytes and not time_major:
         vec = min(_MAX_VEC, _VECTOR_BYTES // element_bytes)
-    elif time_major and time_major_vec is not None:
-        vec = time_major_vec
+    elif strided_time_major is not None and not (split and segment_chunks == 1):
+        vec = strided_time_major.vec
     # every thread holds at least one group, and a group lies inside one chunk
     while vec > 1 and (block_time < vec or block_rows * block_time < 32 * num_warps * vec):
         vec //= 2
     vec = _override.vec or vec
-    strided_groups = time_major and time_major_vec is not None and vec > 1
+    strided_groups = strided_time_major is not None and vec > 1
     if split and segment_chunks > 1:
         default_cap = _walk_register_budget(walk_programs, num_warps) if walk_register_cap else None
     else:
@@ -925,7 +960,7 @@ def gae(
                       long_walk_split=_GAE_NARROW_WALK if narrow else None,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
                       time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None,
-                      time_major_vec=TIME_MAJOR_VEC)
+                      strided_time_major=STRIDED_TIME_MAJOR)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -972,7 +1007,8 @@ def vtrace(
                       walk_split=_VTRACE_WALK, long_walk_split=_VTRACE_NARROW_WALK if element_bytes <= 2 else None,
                       time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
-                      narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP, time_major_vec=TIME_MAJOR_VEC)
+                      narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP,
+                      strided_time_major=VTRACE_STRIDED_TIME_MAJOR)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
@@ -1382,7 +1418,8 @@ def returns(
                       walk_split=_DISCOUNTED_WALK if discounted else _LAMBDA_WALK,
                       long_walk_split=None if discounted else _LAMBDA_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
-                      time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK, time_major_vec=TIME_MAJOR_VEC)
+                      time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK,
+                      strided_time_major=STRIDED_TIME_MAJOR)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
@@ -1416,8 +1453,8 @@ def episodic_scan(
                       split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK,
                       long_walk_split=_EPISODIC_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
-                      time_major_vec=TIME_MAJOR_VEC)
-    if plan.split and not _override.vec:
+                      strided_time_major=STRIDED_TIME_MAJOR)
+    if plan.split and not plan.strided_groups and not _override.vec:
         # A forward scan's loads ascend, so Triton reads its steps in vectors anyway; split in time it
         # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
         # eligibility traces 8x2^21 73 -> 66-69, 8x131072 29 -> 26; benchmarks/results/h200-2026-11-30-run7-*)

@@ -38,10 +38,7 @@ def next_state_value(
     # value, instead of a comparison and a select for every step of the tile (4 instructions a step). With
     # them it is added after the truncation factor, which does not apply to it.
     LAST_AS_OTHER: tl.constexpr = BOOTSTRAP == 1 and not HAS_TRUNCATED
-    if LAST_AS_OTHER and STRIDED:
-        # strided groups load [rows, groups] tiles, one step at a time
-        past_end = last_value[:, None]
-    elif LAST_AS_OTHER:
+    if LAST_AS_OTHER:
         past_end = per_step(last_value, VEC)
     else:
         past_end = 0.0

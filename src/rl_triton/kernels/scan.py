@@ -568,68 +568,33 @@ def chunk_groups(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: t
 
 
 @triton.jit
-def strided_group_starts(ptr, rows, row_ok, row_stride, group_starts, time_stride, seq_len):
-    """Pointers to the first step of each group of a strided tile, [rows, groups], and the groups'
-    in-range mask (a row length of whole groups: every step of a group is in range, or none is; the
-    chunk before the first, which a backward walk's last load ahead names, lies at negative steps)."""
-    starts = ptr + rows[:, None] * row_stride + group_starts[None, :] * time_stride
-    return starts, row_ok[:, None] & ((group_starts >= 0) & (group_starts < seq_len))[None, :]
+def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.constexpr, VEC: tl.constexpr):
+    """Offsets of the steps of a strided tile, [rows, groups, VEC]: step ``group_starts[g] + SHIFT + k``
+    at lane k.
 
-
-@triton.jit
-def strided_lane_mask(group_mask, row_ok, group_starts, seq_len, OFFSET: tl.constexpr, VEC: tl.constexpr):
-    """In-range mask of the step OFFSET steps after each group's first: the group's own mask inside
-    the group, a mask of its own for a step past either edge (shifted loads)."""
-    if OFFSET >= 0 and OFFSET < VEC:
-        return group_mask
-    else:
-        steps = group_starts + OFFSET
-        return row_ok[:, None] & ((steps >= 0) & (steps < seq_len))[None, :]
-
-
-@triton.jit
-def load_strided_groups(starts, group_mask, row_ok, group_starts, time_stride, seq_len, other,
-                        SHIFT: tl.constexpr, FIRST: tl.constexpr, STRIDE: tl.constexpr, COUNT: tl.constexpr,
-                        VEC: tl.constexpr):
-    """Steps SHIFT + FIRST, SHIFT + FIRST + STRIDE, ... (COUNT of them) after each group's first
-    step (``strided_group_starts``), as [rows, groups, COUNT].
-
-    Time-major rows have no contiguous steps to load as a vector; each step is loaded across the
-    tile's rows instead (one load per step whose lanes read neighbouring rows), and the loads are
-    joined into groups that one thread holds (``tl.join`` adds an in-thread dimension), so a group
-    is scanned in registers as a batch-major one is. Lanes are interleaved as ``scan_group`` splits
-    them: step FIRST + STRIDE * (2k + j) sits at lane 2k + j.
+    Time-major rows have no contiguous steps to load as a vector. Told that no offsets are
+    contiguous, Triton lays the tile out with one element per thread position, neighbouring rows on
+    neighbouring lanes (so each step of a group is one coalesced load across the tile's rows) and the
+    VEC steps of a group in one thread (the shape's last dimension, which no lane or warp covers); a
+    group is then scanned in registers as a batch-major one is. Told the truth (rows contiguous),
+    Triton puts 4 rows in each thread and spreads the steps over lanes.
     """
-    if COUNT == 2:
-        first = tl.load(starts + tl.cast(time_stride, tl.int64) * (SHIFT + FIRST),
-                        mask=strided_lane_mask(group_mask, row_ok, group_starts, seq_len, SHIFT + FIRST, VEC),
-                        other=other)
-        second = tl.load(starts + tl.cast(time_stride, tl.int64) * (SHIFT + FIRST + STRIDE),
-                         mask=strided_lane_mask(group_mask, row_ok, group_starts, seq_len, SHIFT + FIRST + STRIDE, VEC),
-                         other=other)
-        pairs = tl.join(first, second)
-    else:
-        even = load_strided_groups(starts, group_mask, row_ok, group_starts, time_stride, seq_len, other, SHIFT,
-                                   FIRST, 2 * STRIDE, COUNT // 2, VEC)
-        odd = load_strided_groups(starts, group_mask, row_ok, group_starts, time_stride, seq_len, other, SHIFT,
-                                  FIRST + STRIDE, 2 * STRIDE, COUNT // 2, VEC)
-        pairs = tl.join(even, odd)
-    return tl.reshape(pairs, [pairs.shape[0], pairs.shape[1], COUNT])
+    lanes = tl.arange(0, VEC) + SHIFT
+    starts = rows[:, None] * row_stride + group_starts[None, :] * time_stride
+    offsets = starts[:, :, None] + (lanes.to(tl.int64) * time_stride)[None, None, :]
+    return tl.max_contiguous(offsets, [1, 1, 1]), group_starts[:, None] + lanes[None, :]
 
 
 @triton.jit
-def store_strided_groups(starts, group_mask, time_stride, values, FIRST: tl.constexpr, STRIDE: tl.constexpr,
-                         COUNT: tl.constexpr):
-    """The inverse of ``load_strided_groups`` (unshifted): ``values`` [rows, groups, COUNT] stored step by step."""
-    even, odd = tl.split(tl.reshape(values, [values.shape[0], values.shape[1], COUNT // 2, 2]))
-    if COUNT == 2:
-        tl.store(starts + tl.cast(time_stride, tl.int64) * FIRST, tl.reshape(even, [even.shape[0], even.shape[1]]),
-                 mask=group_mask)
-        tl.store(starts + tl.cast(time_stride, tl.int64) * (FIRST + STRIDE),
-                 tl.reshape(odd, [odd.shape[0], odd.shape[1]]), mask=group_mask)
+def strided_mask(row_ok, group_starts, steps, seq_len, SHIFT: tl.constexpr):
+    """In-range mask of a strided tile: by group (a row length of whole groups: every step of a group
+    is in range, or none is; the chunk before the first, which a backward walk's last load ahead
+    names, lies at negative steps), or by step where SHIFT moves steps across group edges."""
+    if SHIFT == 0:
+        in_time = (group_starts >= 0) & (group_starts < seq_len)
+        return (row_ok[:, None] & in_time[None, :])[:, :, None]
     else:
-        store_strided_groups(starts, group_mask, time_stride, even, FIRST, 2 * STRIDE, COUNT // 2)
-        store_strided_groups(starts, group_mask, time_stride, odd, FIRST + STRIDE, 2 * STRIDE, COUNT // 2)
+        return row_ok[:, None, None] & ((steps >= 0) & (steps < seq_len))[None, :, :]
 
 
 @triton.jit
@@ -642,14 +607,13 @@ def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other
     0/1: any non-zero value is set. Grouped tiles (VEC > 1) hold contiguous steps per thread, so
     their loads are vectorised in either scan direction; their ``row_stride`` must be a multiple of
     VEC, as must the row length (``whole_groups``). STRIDED grouped tiles read each step of a group
-    across the tile's rows instead (``load_strided_groups``: for any strides; the row length still a
+    across the tile's rows instead (``strided_offsets``: for any strides; the row length still a
     multiple of VEC).
     """
     if STRIDED:
         groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
-        starts, group_mask = strided_group_starts(ptr, rows, row_ok, row_stride, groups, time_stride, seq_len)
-        values = load_strided_groups(starts, group_mask, row_ok, groups, time_stride, seq_len, other, SHIFT, 0, 1, VEC,
-                                     VEC)
+        offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, SHIFT, VEC)
+        values = tl.load(ptr + offsets, mask=strided_mask(row_ok, groups, steps, seq_len, SHIFT), other=other)
     else:
         steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC) + SHIFT
         mask = step_mask(row_ok, steps, seq_len, VEC)
@@ -696,10 +660,8 @@ def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len,
         edge_offset: tl.constexpr = VEC if SHIFT > 0 else -1
         if STRIDED:
             groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
-            starts, group_mask = strided_group_starts(ptr, rows, row_ok, row_stride, groups, time_stride, seq_len)
-            edge = tl.load(starts + tl.cast(time_stride, tl.int64) * edge_offset,
-                           mask=strided_lane_mask(group_mask, row_ok, groups, seq_len, edge_offset, VEC), other=other)
-            edge = tl.expand_dims(edge, 2)
+            offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, edge_offset, 1)
+            edge = tl.load(ptr + offsets, mask=strided_mask(row_ok, groups, steps, seq_len, edge_offset), other=other)
         else:
             groups = tl.arange(0, BLOCK_TIME // VEC)[:, None]
             if BACKWARD:
@@ -737,8 +699,8 @@ def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, valu
     """Store a chunk tile given in processing order (the inverse of load_chunk)."""
     if STRIDED:
         groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
-        starts, group_mask = strided_group_starts(ptr, rows, row_ok, row_stride, groups, time_stride, seq_len)
-        store_strided_groups(starts, group_mask, time_stride, values.to(ptr.dtype.element_ty), 0, 1, VEC)
+        offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, 0, VEC)
+        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=strided_mask(row_ok, groups, steps, seq_len, 0))
     else:
         steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
         mask = step_mask(row_ok, steps, seq_len, VEC)
