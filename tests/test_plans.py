@@ -60,13 +60,14 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
     def time_major(rows, seq_len=64):
         return torch.zeros(seq_len, rows).t()
 
-    # strided groups of 8 steps: from 16384 rows 32 rows x 32 steps with 4 warps (V-trace 32 x 64),
-    # fewer rows 32 x 64 with 8 warps; the plain recurrence reads step by step
+    # strided groups of 8 steps: from 16384 rows 32 rows x 32 steps with 4 warps (V-trace 32 x 64 with
+    # 8 warps), from 4096 rows 32 x 64 with 8 warps, fewer rows step by step; the plain recurrence reads
+    # step by step
     x, flags, out = time_major(16384), time_major(16384), time_major(16384)
     assert tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (32, 32, 4, True)
     assert tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None) == (32, 32, 4, True)
     assert tile(_launch.vtrace, out, time_major(16384), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None,
-                x[:, 0]) == (32, 64, 4, True)
+                x[:, 0]) == (32, 64, 8, True)
     assert tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (32, 32, 4, True)
     assert tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x) == (32, 32, 4, True)
     assert tile(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (32, 32, 4, True)
@@ -75,6 +76,8 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
     assert tile(_launch.gae, fewer, fewer, fewer, fewer, None, 0.99, 0.95, None, fewer[:, 0]) == (32, 64, 8, True)
     assert tile(_launch.vtrace, fewer, fewer, fewer, fewer, fewer, fewer, fewer, None, 0.99, 1.0, 1.0, None,
                 fewer[:, 0]) == (32, 64, 8, True)
+    few = time_major(4095)
+    assert tile(_launch.gae, few, few, few, few, None, 0.99, 0.95, None, few[:, 0]) == (32, 64, 4, False)
 
 
 def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_by_step():

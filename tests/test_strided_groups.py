@@ -69,7 +69,8 @@ def test_strided_groups_of_sliced_time_major_buffers(name, make_rollout):
     def every_other_env(x):
         if not torch.is_tensor(x) or x.dim() != 2:
             return x
-        wide = torch.full((x.shape[1], 2 * x.shape[0]), float("nan") if x.is_floating_point() else 1, dtype=x.dtype)
+        wide = torch.full((x.shape[1], 2 * x.shape[0]), float("nan") if x.is_floating_point() else 1, dtype=x.dtype,
+                          device=x.device)
         wide[:, ::2] = x.t()
         return wide[:, ::2]
 

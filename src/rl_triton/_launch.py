@@ -166,11 +166,11 @@ _TIME_MAJOR_SHORT_WALK = (32, 16)
 @dataclasses.dataclass(frozen=True)
 class StridedTimeMajor:
     """Time-major tiles read in strided groups: ``vec`` steps of one row per thread, each step loaded
-    across the tile's rows (``kernels/scan.py: load_strided_groups``). (rows, steps, warps) of the
-    tiles of calls of at least ``_TIME_MAJOR_MANY_ROWS`` rows (``many_rows``) and of fewer rows not
-    split in time (``tile``); walked segments keep the time-major walk tile (64 steps, also where the
-    kernel's step-by-step walk takes shorter chunks), and a time split of one chunk per program reads
-    step by step."""
+    across the tile's rows (``kernels/scan.py: strided_offsets``). (rows, steps, warps) of the tiles of
+    calls of at least ``_TIME_MAJOR_MANY_ROWS`` rows (``many_rows``) and of at least
+    ``_STRIDED_TILE_MIN_ROWS`` rows (``tile``); fewer rows not split in time read step by step, walked
+    segments keep the time-major walk tile (64 steps, also where the kernel's step-by-step walk takes
+    shorter chunks), and a time split of one chunk per program reads step by step."""
 
     vec: int
     many_rows: tuple[int, int, int]
@@ -178,16 +178,26 @@ class StridedTimeMajor:
 
 
 # Measured on an H200, float32 stored [T, N], % of the copy ceiling, step by step (the tiles above) ->
-# strided groups of 8 steps (benchmarks/results/h200-2026-12-02-run26-strided-sweep*.txt, 3 input
-# sets): 16384x512 with 32 rows x 32 steps and 4 warps: GAE 79.4 -> 90.1, with truncations 76.7 ->
-# 91.4, eligibility traces 69.7 -> 80.9, lambda-returns 89.1 -> 89.8; V-trace 78.7 -> 87.2 with 32 x 64
-# (76.5 with 32 x 32). 4096x4096 with 32 x 64 and 8 warps: GAE 70.9 -> 76.6, with truncations 51.2 ->
-# 71.7, V-trace 72.5 -> 92.7, eligibility traces 60.1 -> 67.5, lambda-returns 76.7 -> 91.3 (32 x 32
-# with 4 warps makes 128 programs for 4096 rows: 46-65). Walked at 8x2^21 (tiles of 8 rows x 64 steps,
-# 2 warps, 8 programs per multiprocessor): GAE 49.2 -> 65.3, with truncations 61.4 -> 67.6, eligibility
-# traces 56.2 -> 59.4, lambda-returns 66.0 -> 66.7, V-trace 64.1 -> 64.1.
+# strided groups of 8 steps, 3 input sets (benchmarks/results/h200-2026-12-02-run26-strided-ab.txt,
+# round 25's tree against this one in one run; sweeps of tiles in -run26-strided-sweep*.txt):
+# - 16384x512, 32 rows x 32 steps, 4 warps: GAE 84.1 -> 90.8, with truncations 81.8 -> 89.2,
+#   lambda-returns 90.5 -> 90.7, discounted returns 73.2 -> 79.3, eligibility traces 74.5 -> 78.1,
+#   prefix sums 74.2 -> 77.4. V-trace read 81.6 -> 78.3 with 32 x 64 and 4 warps (two groups per
+#   thread), so it takes the tile of fewer rows (85.1 in the sweep against 78.7 step by step).
+# - 4096x4096, 32 x 64, 8 warps: GAE 69.4 -> 77.2, with truncations 51.2 -> 77.1, V-trace 70.7 ->
+#   82.3, lambda-returns 76.8 -> 92.1, discounted returns 61.0 -> 66.7, eligibility traces 59.5 ->
+#   64.9, prefix sums 59.5 -> 65.5 (32 x 32 with 4 warps makes 128 programs for 4096 rows: 46-65).
+# - 2048x2048 (64 programs of 32 x 64) lost 1-4 points for GAE, lambda- and discounted returns,
+#   eligibility traces and prefix sums, and gained for V-trace (+2) and GAE with truncations (+12):
+#   rows fewer than 4096 read step by step.
+# - Walked, 8x2^21 (tiles of 8 rows x 64 steps, 2 warps): GAE 48.9 -> 63.0, with truncations 61.1 ->
+#   67.6, V-trace 64.0 -> 72.0, lambda-returns 66.1 -> 76.3, discounted returns 47.2 -> 57.3,
+#   eligibility traces 54.6 -> 62.8, prefix sums 56.0 -> 62.9; 64x2^18 (16 x 64, 4 warps): lambda-
+#   returns 55.9 -> 69.5, discounted returns 50.9 -> 56.8, eligibility traces 50.7 -> 61.7, prefix
+#   sums 50.6 -> 61.7, GAE 53.1 -> 52.8, but GAE with truncations 62.0 -> 55.1 and V-trace 55.2 -> 52.6.
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8))
-VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 4), (32, 64, 8))
+VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8))
+_STRIDED_TILE_MIN_ROWS = 4096
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
 _VECTOR_BYTES = 16
@@ -496,7 +506,9 @@ def _plan(
     if strided_time_major is not None:
         # strided groups take the time-major walk tile of 64 steps (see StridedTimeMajor)
         time_major_walk = None
-    if time_major and strided_time_major is not None and time_major_tile is None:
+    strided_tile = (time_major and strided_time_major is not None and time_major_tile is None
+                    and num_rows >= _STRIDED_TILE_MIN_ROWS)
+    if strided_tile:
         tile_rows, tile_steps, tile_warps = (strided_time_major.many_rows if num_rows >= _TIME_MAJOR_MANY_ROWS
                                              else strided_time_major.tile)
         unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
@@ -596,7 +608,7 @@ def _plan(
     vec = 1
     if element_bytes and not time_major:
         vec = min(_MAX_VEC, _VECTOR_BYTES // element_bytes)
-    elif strided_time_major is not None and not (split and segment_chunks == 1):
+    elif strided_time_major is not None and (strided_tile or (split and segment_chunks > 1)):
         vec = strided_time_major.vec
     # every thread holds at least one group, and a group lies inside one chunk
     while vec > 1 and (block_time < vec or block_rows * block_time < 32 * num_warps * vec):
