@@ -8,7 +8,7 @@ rows walked chunk by chunk, a time split of one chunk per program, and walked se
 import pytest
 import torch
 
-from conftest import TOLERANCE, assert_outputs_rel
+from conftest import HALF_TOLERANCE, TOLERANCE, assert_outputs_rel
 from rl_triton import _dispatch, _launch
 from test_walk import ORACLES, estimator_calls, run
 
@@ -38,6 +38,13 @@ def test_time_major_strided_groups(name, plan, make_rollout):
     ro = make_rollout(11, 200)
     out, expected = run(name, ro, tile=PLANS[plan], time_major=True)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("name", ["gae", "gae_last_value", "vtrace", "lambda", "traces"])
+def test_bf16_values_with_uint8_flags(name, make_rollout):
+    ro = make_rollout(11, 96, dtype=torch.bfloat16, flag_dtype=torch.uint8)
+    out, expected = run(name, ro, tile=PLANS["chunks"], time_major=True)
+    assert_outputs_rel(out, expected, HALF_TOLERANCE)
 
 
 @pytest.mark.parametrize("name", ["gae", "vtrace", "traces"])
