@@ -10,9 +10,11 @@ Batch-major tiles are grouped (VEC > 1): ``[rows, groups, VEC]``, groups in proc
 VEC contiguous steps in memory order that one thread holds (16 bytes, loaded as one vector). A
 chunk is scanned in two levels (``scan_chunk``): each thread's group in registers, by pairs split
 and joined in place, in either direction; then the groups' maps across threads. With one step per
-thread position (VEC = 1, time-major tiles) Triton's scan runs a warp scan for every step a thread
-holds: on an H200, walked GAE rows (8x2^21) read 58% of the copy bandwidth that way, 69% grouped
-with the same plan and 74% with the plan that the grouped kernel's fewer registers allow.
+thread position (VEC = 1) Triton's scan runs a warp scan for every step a thread holds: on an
+H200, walked GAE rows (8x2^21) read 58% of the copy bandwidth that way, 69% grouped with the same
+plan and 74% with the plan that the grouped kernel's fewer registers allow. Time-major tiles, whose
+rows are contiguous, are grouped too where the launcher asks (STRIDED_GROUPS): each step of a group
+is loaded across the tile's rows (``strided_offsets``), and the groups are scanned the same way.
 
 When rows are too few to fill the GPU, time is split too: each program takes one chunk
 (claimed in order from an atomic ticket counter, so every chunk it waits on belongs to a
