@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/registers.py [--layouts float32,time-major,bf16] [--json]
     PYTHONPATH=src python benchmarks/registers.py --compile-all
     PYTHONPATH=src python benchmarks/registers.py --sass gae,vtrace --shapes 4096x4096,8x2097152 --layouts bf16
+    PYTHONPATH=src python benchmarks/registers.py --sass gae --shapes 4096x4096 --layouts time-major --plans default,32x64x8xv1
 
 Walked segments (``rl_triton/kernels/scan.py``) size their grid so that every program is resident at
 once: the walk plans in ``rl_triton/_launch.py`` name the programs per multiprocessor, and those
@@ -28,7 +29,8 @@ also disassembles each one (nvdisasm) and fails if a warp-collective instruction
 
 ``--sass`` counts the SASS instructions of each launch of the named calls (``walking_calls``' names) at
 ``--shapes``, by opcode: a kernel bound by the instructions it issues (bf16 GAE, benchmarks/NOTES.md,
-"Twenty-fifth round") reads faster when a step takes fewer.
+"Twenty-fifth round") reads faster when a step takes fewer. ``--plans`` counts them under tile plans
+written as ``benchmarks/tune.py`` takes them (``default``: the engine's own).
 """
 
 from __future__ import annotations
