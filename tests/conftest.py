@@ -397,6 +397,18 @@ def backend(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
+def four_multiprocessors(monkeypatch: pytest.MonkeyPatch):
+    """Plans made as for a GPU of 4 multiprocessors on every device (walked segments at small sizes)."""
+    from rl_triton import _launch
+
+    # plans are cached per shape: none planned for another count may serve these tests, nor theirs others
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 4)
+    yield
+    _launch._default_plan.cache_clear()
+
+
+@pytest.fixture
 def gen(request: pytest.FixtureRequest) -> torch.Generator:
     """A CPU generator seeded from the test id: fresh data per test, reproducible per test."""
     return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))

@@ -24,12 +24,7 @@ PLANS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def four_multiprocessors(monkeypatch):
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 4)
-    yield
-    _launch._default_plan.cache_clear()
+pytestmark = pytest.mark.usefixtures("four_multiprocessors")
 
 
 @pytest.mark.parametrize("plan", list(PLANS))

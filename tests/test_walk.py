@@ -75,13 +75,7 @@ NAMES = list(estimator_calls(0.99, 0.95))
 WALK = {"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 2}
 
 
-@pytest.fixture(autouse=True)
-def four_multiprocessors(monkeypatch):
-    # plans are cached per shape: none planned for another count may serve these tests, nor theirs others
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 4)
-    yield
-    _launch._default_plan.cache_clear()
+pytestmark = pytest.mark.usefixtures("four_multiprocessors")
 
 
 def run(name, ro, gamma=0.99, lambda_=0.95, tile=WALK, time_major=False):
