@@ -305,7 +305,7 @@ class TilePlan:
     # chunks per program of a time split (more than one: walked segments)
     segment_chunks: int = 1
     # time-major groups of ``vec`` steps, each step loaded across the tile's rows (kernels/scan.py:
-    # load_strided_groups)
+    # strided_offsets)
     strided_groups: bool = False
 
     @property
@@ -442,7 +442,7 @@ def plan_tiles(
     the walk be resident at once, unless ``walk_register_cap`` is False. ``time_major_walk``: (chunk
     steps, warps per multiprocessor) of time-major walked segments (None: 64 steps, as many warps as
     ``walk_split``'s programs of 2 warps). ``strided_time_major``: the tiles of time-major calls read in
-    strided groups (``kernels/scan.py: load_strided_groups``), for kernels that can (None: step by step).
+    strided groups (``kernels/scan.py: strided_offsets``), for kernels that can (None: step by step).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
@@ -797,8 +797,8 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     if vec == 1:
         return meta
     if meta.get("STRIDED_GROUPS", False):
-        # strided groups load step by step, at any stride and alignment; the row length stays a whole
-        # number of groups, as the scan's masks take it
+        # strided groups read any strides and alignment; the row length must be a whole number of
+        # groups, as the scan's masks and the groups' in-range masks take it
         if any(isinstance(arg, torch.Tensor) and arg.dim() == 2 and arg.shape[1] % vec for arg in args):
             return {**meta, "VEC": 1, "STRIDED_GROUPS": False}
         return meta
