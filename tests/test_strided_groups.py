@@ -1,5 +1,5 @@
 """Time-major tiles read in strided groups: each thread holds VEC steps of one row, every step loaded
-across the tile's rows (``kernels/scan.py: load_strided_groups``), scanned in registers as batch-major
+across the tile's rows (``kernels/scan.py: strided_offsets``), scanned in registers as batch-major
 groups are. Every kernel that reads them (GAE, V-trace, lambda- and discounted returns, eligibility
 traces, prefix sums) is checked against the float64 oracle on [T, N] buffers, in each kind of plan:
 rows walked chunk by chunk, a time split of one chunk per program, and walked segments.
