@@ -58,7 +58,8 @@ def rollout(num_rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
 
 
 def layout_variants(d: dict) -> dict:
-    """Time-major float32 copies and bf16 values with uint8 flags, for the layout/dtype rows."""
+    """Time-major float32 copies and bf16 values with uint8 flags (batch-major and time-major), for the
+    layout/dtype rows."""
     tm = {k: d[k].t().contiguous() for k in ("r", "v", "term", "trunc", "boot", "lt", "lb", "pb", "act")}
     low = {k: d[k].to(torch.bfloat16) for k in ("r", "v", "lt", "lb", "last", "pb", "boot")}
     low["term"] = d["term"].to(torch.uint8)
@@ -67,7 +68,9 @@ def layout_variants(d: dict) -> dict:
     if d["pt"] is not None:
         tm.update({k: d[k].transpose(0, 1).contiguous() for k in ("pt", "nq")})
         low.update({k: d[k].to(torch.bfloat16) for k in ("pt", "nq")})
-    return {"tm": tm, "low": low}
+    # bf16 values with uint8 flags stored [T, N]
+    tm_low = {k: low[k].t().contiguous() for k in ("r", "v", "term", "trunc", "boot", "lt", "lb")}
+    return {"tm": tm, "low": low, "tm_low": tm_low}
 
 
 def calls(d: dict) -> dict:
@@ -90,6 +93,14 @@ def calls(d: dict) -> dict:
                                                             d["low"]["r"], d["low"]["term"],
                                                             last_value=d["low"]["last"]),
                            ["lt", "lb", "v", "r", "term", "last"], 1),
+        "gae_time_major_bf16_u8": (lambda: rl_triton.compute_gae(d["tm_low"]["r"], d["tm_low"]["v"], d["tm_low"]["term"],
+                                                                 last_value=d["low"]["last"], time_dim=0),
+                                   ["r", "v", "term", "last"], 0.5),
+        "vtrace_time_major_bf16_u8": (lambda: rl_triton.compute_vtrace(
+            d["tm_low"]["lt"], d["tm_low"]["lb"], d["tm_low"]["v"], d["tm_low"]["r"], d["tm_low"]["term"],
+            last_value=d["low"]["last"], time_dim=0), ["lt", "lb", "v", "r", "term", "last"], 1),
+        "eligibility_time_major_bf16_u8": (lambda: rl_triton.compute_eligibility_traces(
+            d["tm_low"]["r"], d["tm_low"]["term"], 0.99, 0.95, time_dim=0), ["r", "term"], 0.5),
         "gae_trunc_bf16_u8": (lambda: rl_triton.compute_gae(d["low"]["r"], d["low"]["v"], d["low"]["term"],
                                                             d["low"]["trunc"], bootstrap_values=d["low"]["boot"]),
                               ["r", "v", "term", "trunc", "boot"], 0.5),
@@ -262,7 +273,9 @@ def main() -> None:
                       for k, v in data[0].items() if not isinstance(v, dict)}
             if name.endswith(("time_major", "bf16_u8")):
                 double.update(layout_variants(double))
-                double["low"] = {k: (x.double() if x.is_floating_point() else x) for k, x in double["low"].items()}
+                for variant in ("low", "tm_low"):
+                    double[variant] = {k: (x.double() if x.is_floating_point() else x)
+                                       for k, x in double[variant].items()}
             ref = tuple(o.double() for o in as_tuple(calls(double)[name][0]()))
             for plan in plans:
                 kw = {} if plan is None else plan_override(plan)
