@@ -187,7 +187,7 @@ class StridedTimeMajor:
 # - 4096x4096, 32 x 64, 8 warps: GAE 69.4 -> 77.2, with truncations 51.2 -> 77.1, V-trace 70.7 ->
 #   82.3, lambda-returns 76.8 -> 92.1, discounted returns 61.0 -> 66.7, eligibility traces 59.5 ->
 #   64.9, prefix sums 59.5 -> 65.5 (32 x 32 with 4 warps makes 128 programs for 4096 rows: 46-65).
-# - 2048x2048 (64 programs of 32 x 64) lost 1-4 points for GAE, lambda- and discounted returns,
+# - 2048x2048 (64 programs of 32 x 64) lost 0.6-4.4 points for GAE, lambda- and discounted returns,
 #   eligibility traces and prefix sums, and gained for V-trace (+2) and GAE with truncations (+12):
 #   rows fewer than 4096 read step by step.
 # - Walked, 8x2^21 (tiles of 8 rows x 64 steps, 2 warps): GAE 48.9 -> 63.0, with truncations 61.1 ->
