@@ -345,7 +345,7 @@ def sass_opcodes(launch: Launch) -> collections.Counter:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="one JSON list of the rows, for the tests")
+    parser.add_argument("--json", action="store_true", help="one JSON list of the rows (with --sass too), for the tests")
     parser.add_argument("--layouts", default="float32",
                         help=f"comma-separated subset of {','.join(LAYOUTS)} (default float32, as the tests check)")
     parser.add_argument("--compile-all", action="store_true",
@@ -359,6 +359,7 @@ def main() -> None:
     if args.sass:
         from tune import plan_override
 
+        rows = []
         for layout, shape, plan in itertools.product(args.layouts.split(","), args.shapes.split(","),
                                                      args.plans.split(",")):
             num_rows, seq_len = (int(v) for v in shape.split("x"))
@@ -369,9 +370,15 @@ def main() -> None:
                     launches = record_launches(calls[name])
                 for launch in launches:
                     opcodes = sass_opcodes(launch)
-                    common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
-                    print(f"{layout:10s} {name:20s} {shape:>11s} {plan:>12s} {launch.kernel.__name__:24s} "
-                          f"{sum(opcodes.values()):5d} instructions ({common})")
+                    rows.append({"layout": layout, "estimator": name, "shape": shape, "plan": plan,
+                                 "kernel": launch.kernel.__name__, "strided_groups": bool(launch.meta.get("STRIDED_GROUPS")),
+                                 "opcodes": dict(opcodes)})
+                    if not args.json:
+                        common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
+                        print(f"{layout:10s} {name:20s} {shape:>11s} {plan:>12s} {launch.kernel.__name__:24s} "
+                              f"{sum(opcodes.values()):5d} instructions ({common})")
+        if args.json:
+            print(json.dumps(rows))
         return
     if args.compile_all:
         compiled, failures = compile_every_launch()

@@ -11,6 +11,8 @@ gave wrong results on an H200 (and right ones in the interpreter) had a warp red
 guarded with a predicate set from the lane index (benchmarks/NOTES.md, "Twentieth round").
 """
 
+import json
+
 from conftest import run_registers_script
 
 
@@ -20,3 +22,19 @@ def test_every_launch_compiles_for_sm90():
     compiled = int(result.stdout.strip().splitlines()[-1].split()[0])
     # every estimator, layout and kind of plan: far more than the walking kernels alone (60)
     assert compiled >= 150, result.stdout[-500:]
+
+
+def test_time_major_strided_groups_scan_in_registers():
+    """Time-major tiles read in strided groups keep each group's steps in one thread: their SASS holds
+    a few shared-memory loads a chunk (the groups' maps across warps), not one set per step. Triton
+    chooses that layout from a hint (``kernels/scan.py: strided_offsets``); read step by step, time-major
+    GAE at 4096x4096 held 130 shared-memory loads (benchmarks/NOTES.md, "Twenty-sixth round")."""
+    estimators = "gae,gae+trunc,vtrace,lambda-returns,discounted-returns,eligibility-traces,prefix-sum"
+    result = run_registers_script("--sass", estimators, "--shapes", "4096x4096,16384x512", "--layouts", "time-major",
+                                  "--json", timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    rows = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(rows) == 14
+    for row in rows:
+        assert row["strided_groups"], row
+        assert row["opcodes"].get("LDS", 0) <= 16, (row["estimator"], row["shape"], row["opcodes"])
