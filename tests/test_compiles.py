@@ -30,11 +30,11 @@ def test_time_major_strided_groups_scan_in_registers():
     chooses that layout from a hint (``kernels/scan.py: strided_offsets``); read step by step, time-major
     GAE at 4096x4096 held 130 shared-memory loads (benchmarks/NOTES.md, "Twenty-sixth round")."""
     estimators = "gae,gae+trunc,vtrace,lambda-returns,discounted-returns,eligibility-traces,prefix-sum"
-    result = run_registers_script("--sass", estimators, "--shapes", "4096x4096,16384x512", "--layouts", "time-major",
+    result = run_registers_script("--sass", estimators, "--shapes", "2048x4096,4096x4096,16384x512", "--layouts", "time-major",
                                   "--json", timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     rows = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(rows) == 14
+    assert len(rows) == 21
     for row in rows:
         assert row["strided_groups"], row
         assert row["opcodes"].get("LDS", 0) <= 16, (row["estimator"], row["shape"], row["opcodes"])

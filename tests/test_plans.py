@@ -76,8 +76,49 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
     assert tile(_launch.gae, fewer, fewer, fewer, fewer, None, 0.99, 0.95, None, fewer[:, 0]) == (32, 64, 8, True)
     assert tile(_launch.vtrace, fewer, fewer, fewer, fewer, fewer, fewer, fewer, None, 0.99, 1.0, 1.0, None,
                 fewer[:, 0]) == (32, 64, 8, True)
-    few = time_major(4095)
-    assert tile(_launch.gae, few, few, few, few, None, 0.99, 0.95, None, few[:, 0]) == (32, 64, 4, False)
+
+
+def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeypatch):
+    """Below 8192 rows (lambda-returns: 4096) tiles of 16 rows: twice the programs of 32-row tiles, with
+    16 warps (V-trace 8) where one program per multiprocessor covers the rows and half as many where
+    more programs than multiprocessors share them; fewer than 2048 rows split time."""
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
+
+    def tile(launcher, *inputs):
+        seen = recorded_meta(monkeypatch, launcher, *inputs)
+        if seen["SPLIT"]:
+            return "split", seen.get("STRIDED_GROUPS", False)
+        assert seen["VEC"] == 8 and seen["STRIDED_GROUPS"]
+        return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]
+
+    def calls(rows):
+        x, flags, out = (torch.zeros(4096, rows).t() for _ in range(3))
+        return {
+            "gae": tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]),
+            "gae+trunc": tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None),
+            "vtrace": tile(_launch.vtrace, out, torch.zeros(4096, rows).t(), x, x, x, x, flags, None, 0.99, 1.0, 1.0,
+                           None, x[:, 0]),
+            "discounted": tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None),
+            "lambda": tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x),
+            "episodic": tile(_launch.episodic_scan, out, x, flags, None, 0.9, True),
+        }
+
+    try:
+        wide, narrow = (32, 64, 8), {"gae": (16, 128, 8), "vtrace": (16, 64, 4)}
+        for rows in (8192, 16383):
+            assert set(calls(rows).values()) == {wide}
+        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors
+        for rows in (4096, 3072):
+            assert calls(rows) == {"gae": narrow["gae"], "gae+trunc": narrow["gae"], "vtrace": narrow["vtrace"],
+                                   "discounted": narrow["gae"], "lambda": wide if rows == 4096 else narrow["gae"],
+                                   "episodic": narrow["gae"]}
+        # 2048 rows: 128 programs, one per multiprocessor
+        assert calls(2048) == {"gae": (16, 256, 16), "gae+trunc": (16, 256, 16), "vtrace": (16, 128, 8),
+                               "discounted": (16, 256, 16), "lambda": (16, 256, 16), "episodic": (16, 256, 16)}
+        assert {plan[0] for plan in calls(2047).values()} == {"split"}
+    finally:
+        _launch._default_plan.cache_clear()
 
 
 def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_by_step():

@@ -2,7 +2,7 @@
 across the tile's rows (``kernels/scan.py: strided_offsets``), scanned in registers as batch-major
 groups are. Every kernel that reads them (GAE, V-trace, lambda- and discounted returns, eligibility
 traces, prefix sums) is checked against the float64 oracle on [T, N] buffers, in each kind of plan:
-rows walked chunk by chunk, a time split of one chunk per program, and walked segments.
+rows walked chunk by chunk (tiles of 4 and of 16 rows), a time split of one chunk per program, and walked segments.
 """
 
 import pytest
@@ -17,6 +17,9 @@ NAMES = ["gae", "gae_last_value", "vtrace", "lambda", "discounted", "traces", "p
 PLANS = {
     # 3 row tiles of 4 rows, every row walked in chunks of 4 groups of 4 steps by one program
     "chunks": {"block_rows": 4, "block_time": 16, "split": False, "vec": 4},
+    # the tiles of 2048-8191 rows: 16 rows, two groups of 8 steps across a warp's lanes, 4 warps (a
+    # partial tile of 11 rows here)
+    "narrow": {"block_rows": 16, "block_time": 64, "num_warps": 4, "split": False, "vec": 8},
     # one chunk of 2 groups of 8 steps per program, carries by look-back
     "split": {"block_rows": 4, "block_time": 16, "split": True, "walk_programs": 0, "vec": 8},
     # segments of several chunks of 4 groups of 2 steps

@@ -167,14 +167,29 @@ _TIME_MAJOR_SHORT_WALK = (32, 16)
 class StridedTimeMajor:
     """Time-major tiles read in strided groups: ``vec`` steps of one row per thread, each step loaded
     across the tile's rows (``kernels/scan.py: strided_offsets``). (rows, steps, warps) of the tiles of
-    calls of at least ``_TIME_MAJOR_MANY_ROWS`` rows (``many_rows``) and of at least
-    ``_STRIDED_TILE_MIN_ROWS`` rows (``tile``); fewer rows not split in time read step by step, walked
-    segments keep the time-major walk tile (64 steps, also where the kernel's step-by-step walk takes
-    shorter chunks), and a time split of one chunk per program reads step by step."""
+    calls of at least ``_TIME_MAJOR_MANY_ROWS`` rows (``many_rows``) and of at least ``full_tile_rows``
+    rows (``tile``). Calls of ``_STRIDED_TILE_MIN_ROWS`` to ``full_tile_rows`` rows take tiles of 16 rows
+    (``_NARROW_STRIDED_TILE_ROWS``, twice as many programs as 32): ``narrow_warps`` warps where one
+    program per multiprocessor covers the rows, half as many otherwise, each thread one group. Fewer rows
+    not split in time read step by step, walked segments keep the time-major walk tile (64 steps, also
+    where the kernel's step-by-step walk takes shorter chunks), and a time split of one chunk per program
+    reads step by step."""
 
     vec: int
     many_rows: tuple[int, int, int]
     tile: tuple[int, int, int]
+    full_tile_rows: int
+    narrow_warps: int
+
+    def tile_of(self, num_rows: int, multiprocessors: int) -> tuple[int, int, int]:
+        """(rows, steps, warps) of the tiles of a call of ``num_rows`` rows (at least ``_STRIDED_TILE_MIN_ROWS``)."""
+        if num_rows >= _TIME_MAJOR_MANY_ROWS:
+            return self.many_rows
+        if num_rows >= self.full_tile_rows:
+            return self.tile
+        rows = _NARROW_STRIDED_TILE_ROWS
+        warps = self.narrow_warps if triton.cdiv(num_rows, rows) <= multiprocessors else self.narrow_warps // 2
+        return rows, 32 // rows * self.vec * warps, warps
 
 
 # Measured on an H200, float32 stored [T, N], % of the copy ceiling, step by step (the tiles above) ->
@@ -187,17 +202,25 @@ class StridedTimeMajor:
 # - 4096x4096, 32 x 64, 8 warps: GAE 69.4 -> 77.2, with truncations 51.2 -> 77.1, V-trace 70.7 ->
 #   82.3, lambda-returns 76.8 -> 92.1, discounted returns 61.0 -> 66.7, eligibility traces 59.5 ->
 #   64.9, prefix sums 59.5 -> 65.5 (32 x 32 with 4 warps makes 128 programs for 4096 rows: 46-65).
-# - 2048x2048 (64 programs of 32 x 64) lost 0.6-4.4 points for GAE, lambda- and discounted returns,
-#   eligibility traces and prefix sums, and gained for V-trace (+2) and GAE with truncations (+12):
-#   rows fewer than 4096 read step by step.
 # - Walked, 8x2^21 (tiles of 8 rows x 64 steps, 2 warps): GAE 48.9 -> 63.0, with truncations 61.1 ->
 #   67.6, V-trace 64.0 -> 72.0, lambda-returns 66.1 -> 76.3, discounted returns 47.2 -> 57.3,
 #   eligibility traces 54.6 -> 62.8, prefix sums 56.0 -> 62.9; 64x2^18 (16 x 64, 4 warps): lambda-
 #   returns 55.9 -> 69.5, discounted returns 50.9 -> 56.8, eligibility traces 50.7 -> 61.7, prefix
 #   sums 50.6 -> 61.7, GAE 53.1 -> 52.8, but GAE with truncations 62.0 -> 55.1 and V-trace 55.2 -> 52.6.
-STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8))
-VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8))
-_STRIDED_TILE_MIN_ROWS = 4096
+# Fewer rows than 8192 make too few programs of 32-row tiles (128 at 4096 rows, fewer than the
+# multiprocessors), so they take 16-row tiles: a sweep (-run27-tm-sweep2.txt, 3 input sets, one run) at
+# 4096x4096 / 3072x4096 / 2048x4096, 32 x 64 with 8 warps -> 16-row tiles, the warps by the rule above:
+# GAE 77.6 / 63.9 / 46.3 -> 82.2 / 68.5 / 82.8, with truncations 76.5 / 60.0 / 45.3 -> 82.7 / 82.1 / 82.7,
+# discounted returns 65.8 / 53.8 / 36.8 -> 85.5 / 72.1 / 59.2, eligibility traces 64.2 / 51.9 / 36.7 ->
+# 84.0 / 68.8 / 69.4, prefix sums 64.3 / 52.0 / 36.8 -> 82.5 / 68.5 / 69.0; V-trace (at most 8 warps: 16
+# read 52-66) 82.3 / 67.5 / 49.1 -> 91.0 / 77.1 / 85.4. Lambda-returns keep 32-row tiles from 4096 rows
+# (93.4 against 80.2 at 4096x4096; 3072x4096 79.1 -> 81.2, 2048x4096 59.2 -> 80.7). At 8192x2048 the
+# 32-row tiles (256 programs) read 84-98% and the 16-row ones 68-84%. Rows fewer than 2048 split time.
+STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
+LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096)
+VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8)
+_STRIDED_TILE_MIN_ROWS = 2048
+_NARROW_STRIDED_TILE_ROWS = 16
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
 _VECTOR_BYTES = 16
@@ -509,8 +532,9 @@ def _plan(
     strided_tile = (time_major and strided_time_major is not None and time_major_tile is None
                     and num_rows >= _STRIDED_TILE_MIN_ROWS)
     if strided_tile:
-        tile_rows, tile_steps, tile_warps = (strided_time_major.many_rows if num_rows >= _TIME_MAJOR_MANY_ROWS
-                                             else strided_time_major.tile)
+        tile_rows, tile_steps, tile_warps = strided_time_major.tile_of(num_rows, _multiprocessors(device))
+        # the tile names its warps (max_warps is for batch-major single chunks)
+        max_warps = max(max_warps, tile_warps)
         unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
     elif time_major:
         tile_rows, tile_steps, unsplit_rows, tile_warps = (
@@ -1431,7 +1455,7 @@ def returns(
                       long_walk_split=None if discounted else _LAMBDA_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
                       time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK,
-                      strided_time_major=STRIDED_TIME_MAJOR)
+                      strided_time_major=STRIDED_TIME_MAJOR if discounted else LAMBDA_STRIDED_TIME_MAJOR)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
