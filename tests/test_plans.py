@@ -106,7 +106,8 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
 
     try:
         wide, narrow = (32, 64, 8), {"gae": (16, 128, 8), "vtrace": (16, 64, 4)}
-        for rows in (8192, 16383):
+        # 6144 rows: 384 programs of 16 rows would not fit two to a multiprocessor
+        for rows in (6144, 8192, 16383):
             assert set(calls(rows).values()) == {wide}
         # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors
         for rows in (4096, 3072):
@@ -128,6 +129,13 @@ def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_
                               strided_time_major=_launch.STRIDED_TIME_MAJOR)
     assert walk.walk and walk.strided_groups and walk.vec == 8
     assert (walk.block_rows, walk.block_time, walk.num_warps) == (8, 64, 2)
+    # from 32 rows, tiles of 32 rows x 64 steps, 8 warps, two programs per multiprocessor
+    wide = _launch.plan_tiles(64, 1 << 18, True, cpu, heavy=False, walk_split=_launch._LAMBDA_WALK,
+                              time_major_walk=_launch._TIME_MAJOR_SHORT_WALK,
+                              strided_time_major=_launch.STRIDED_TIME_MAJOR)
+    assert wide.walk and wide.strided_groups and wide.vec == 8
+    assert (wide.block_rows, wide.block_time, wide.num_warps) == (32, 64, 8)
+    assert wide.num_segments == 2 * 4 // 2  # two programs on each of 4 multiprocessors, two row tiles
     split = _launch.plan_tiles(64, 4096, True, cpu, heavy=False, strided_time_major=_launch.STRIDED_TIME_MAJOR)
     assert split.split and not split.walk and not split.strided_groups and split.vec == 1
 

@@ -38,6 +38,18 @@ def test_time_major_strided_groups(name, plan, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
+# the walk of at least 32 rows: segments of chunks of 32 rows x 64 steps, 8 warps (a partial second
+# row tile of 8 rows here)
+WIDE_WALK = {"block_rows": 32, "block_time": 64, "num_warps": 8, "split": True, "walk_programs": 2, "vec": 8}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_time_major_strided_groups_walked_in_32_row_tiles(name, make_rollout):
+    ro = make_rollout(40, 520)
+    out, expected = run(name, ro, tile=WIDE_WALK, time_major=True)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+
+
 @pytest.mark.parametrize("name", ["gae", "gae_last_value", "vtrace", "lambda", "traces"])
 def test_bf16_values_with_uint8_flags(name, make_rollout):
     ro = make_rollout(11, 96, dtype=torch.bfloat16, flag_dtype=torch.uint8)

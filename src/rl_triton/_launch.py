@@ -168,26 +168,29 @@ class StridedTimeMajor:
     """Time-major tiles read in strided groups: ``vec`` steps of one row per thread, each step loaded
     across the tile's rows (``kernels/scan.py: strided_offsets``). (rows, steps, warps) of the tiles of
     calls of at least ``_TIME_MAJOR_MANY_ROWS`` rows (``many_rows``) and of at least ``full_tile_rows``
-    rows (``tile``). Calls of ``_STRIDED_TILE_MIN_ROWS`` to ``full_tile_rows`` rows take tiles of 16 rows
-    (``_NARROW_STRIDED_TILE_ROWS``, twice as many programs as 32): ``narrow_warps`` warps where one
-    program per multiprocessor covers the rows, half as many otherwise, each thread one group. Fewer rows
-    not split in time read step by step, walked segments keep the time-major walk tile (64 steps, also
-    where the kernel's step-by-step walk takes shorter chunks), and a time split of one chunk per program
-    reads step by step."""
+    rows (``tile``). Fewer rows, from ``_STRIDED_TILE_MIN_ROWS``, take tiles of 16 rows
+    (``_NARROW_STRIDED_TILE_ROWS``, twice as many programs as 32) where those programs fit two to a
+    multiprocessor: ``narrow_warps`` warps where one program per multiprocessor covers the rows, half as
+    many otherwise, each thread one group; where they do not fit, ``tile``. Fewer rows than
+    ``_STRIDED_TILE_MIN_ROWS`` split time: calls of at least ``walk[0]`` rows walk segments in tiles of
+    (rows, steps) ``walk[:2]``, ``walk[2]`` warps per multiprocessor, fewer rows the time-major walk tile
+    of 64 steps (also where the kernel's step-by-step walk takes shorter chunks); a split of one chunk
+    per program reads step by step."""
 
     vec: int
     many_rows: tuple[int, int, int]
     tile: tuple[int, int, int]
     full_tile_rows: int
     narrow_warps: int
+    walk: tuple[int, int, int] = (32, 64, 16)
 
     def tile_of(self, num_rows: int, multiprocessors: int) -> tuple[int, int, int]:
         """(rows, steps, warps) of the tiles of a call of ``num_rows`` rows (at least ``_STRIDED_TILE_MIN_ROWS``)."""
         if num_rows >= _TIME_MAJOR_MANY_ROWS:
             return self.many_rows
-        if num_rows >= self.full_tile_rows:
-            return self.tile
         rows = _NARROW_STRIDED_TILE_ROWS
+        if num_rows >= self.full_tile_rows or triton.cdiv(num_rows, rows) > 2 * multiprocessors:
+            return self.tile
         warps = self.narrow_warps if triton.cdiv(num_rows, rows) <= multiprocessors else self.narrow_warps // 2
         return rows, 32 // rows * self.vec * warps, warps
 
@@ -214,8 +217,14 @@ class StridedTimeMajor:
 # discounted returns 65.8 / 53.8 / 36.8 -> 85.5 / 72.1 / 59.2, eligibility traces 64.2 / 51.9 / 36.7 ->
 # 84.0 / 68.8 / 69.4, prefix sums 64.3 / 52.0 / 36.8 -> 82.5 / 68.5 / 69.0; V-trace (at most 8 warps: 16
 # read 52-66) 82.3 / 67.5 / 49.1 -> 91.0 / 77.1 / 85.4. Lambda-returns keep 32-row tiles from 4096 rows
-# (93.4 against 80.2 at 4096x4096; 3072x4096 79.1 -> 81.2, 2048x4096 59.2 -> 80.7). At 8192x2048 the
-# 32-row tiles (256 programs) read 84-98% and the 16-row ones 68-84%. Rows fewer than 2048 split time.
+# (93.4 against 80.2 at 4096x4096; 3072x4096 79.1 -> 81.2, 2048x4096 59.2 -> 80.7). 16-row programs
+# that do not fit two to a multiprocessor lost (6144x2048, 384 programs, -run27-tm-ab.txt: GAE 86.7 ->
+# 77.3, with truncations 85.8 -> 74.9, V-trace 83.6 -> 78.4), as did 512 programs at 8192x2048 (84-98%
+# -> 68-84%), so those keep 32-row tiles. Rows fewer than 2048 split time.
+# Walked segments of at least 32 rows take tiles of 32 rows x 64 steps, 8 warps, two programs per
+# multiprocessor, instead of 16 x 64 with the kernel's walk plan (-run27-tm-walks.txt, 64x2^18): GAE
+# 54.0 -> 66.3, with truncations 54.3 -> 73.5, V-trace 51.8 -> 69.4, lambda-returns 68.8 -> 77.2,
+# discounted returns 55.4 -> 65.0, eligibility traces and prefix sums 61 -> 60.
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096)
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8)
@@ -560,12 +569,17 @@ def _plan(
         segments = max(1, long_programs * _multiprocessors(device) // triton.cdiv(num_rows, block_rows))
         if triton.cdiv(triton.cdiv(seq_len, long_steps), segments) >= _WALK_MIN_SEGMENT_CHUNKS:
             walk_block_time, walk_programs = long_walk_split
+    strided_walk_warps = 0
     if split and walk_split is not None and walk_programs:
         # walked segments, if the rows are long enough for segments of several chunks
         walk_rows, walk_steps = _TIME_MAJOR_WALK_TILE if time_major else (block_rows, walk_block_time)
         walk_warps_per_multiprocessor = walk_programs * _TIME_MAJOR_WALK_PLAN_WARPS
         if time_major and time_major_walk is not None:
             walk_steps, walk_warps_per_multiprocessor = time_major_walk
+        if time_major and strided_time_major is not None and num_rows >= strided_time_major.walk[0]:
+            walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.walk
+            # the tile names its warps (8, more than other walks take)
+            strided_walk_warps = walk_rows * walk_steps // _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
         walk_rows = _override.block_rows or min(rows_pow2, walk_rows)
         walk_steps = _override.block_time or min(time_pow2, walk_steps)
         if time_major and _override.walk_programs is None:
@@ -621,7 +635,7 @@ def _plan(
         # GAE with truncations 70% -> 87% against 2 warps (GAE without them equal)
         elements_per_warp = 128
     if split and segment_chunks > 1:
-        max_warps = min(max_warps, _WALK_WARPS)
+        max_warps = strided_walk_warps or min(max_warps, _WALK_WARPS)
     elif split:
         # more warps are for single chunks of many loads per step (GAE with truncations: 1x2^24 took
         # 316 us with 16 warps against 219 with 8 on an H200)
