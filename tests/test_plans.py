@@ -129,13 +129,19 @@ def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_
                               strided_time_major=_launch.STRIDED_TIME_MAJOR)
     assert walk.walk and walk.strided_groups and walk.vec == 8
     assert (walk.block_rows, walk.block_time, walk.num_warps) == (8, 64, 2)
-    # from 32 rows, tiles of 32 rows x 64 steps, 8 warps, two programs per multiprocessor
-    wide = _launch.plan_tiles(64, 1 << 18, True, cpu, heavy=False, walk_split=_launch._LAMBDA_WALK,
-                              time_major_walk=_launch._TIME_MAJOR_SHORT_WALK,
-                              strided_time_major=_launch.STRIDED_TIME_MAJOR)
+    # from 32 rows of float32 steps, tiles of 32 rows x 64 steps, 8 warps, two programs per multiprocessor
+    def walk_of_64_rows(element_bytes):
+        return _launch.plan_tiles(64, 1 << 18, True, cpu, heavy=False, element_bytes=element_bytes,
+                                  walk_split=_launch._LAMBDA_WALK, time_major_walk=_launch._TIME_MAJOR_SHORT_WALK,
+                                  strided_time_major=_launch.STRIDED_TIME_MAJOR)
+
+    wide = walk_of_64_rows(4)
     assert wide.walk and wide.strided_groups and wide.vec == 8
     assert (wide.block_rows, wide.block_time, wide.num_warps) == (32, 64, 8)
     assert wide.num_segments == 2 * 4 // 2  # two programs on each of 4 multiprocessors, two row tiles
+    # 2-byte steps (bf16 values, uint8 flags) keep 16 x 64
+    narrow = walk_of_64_rows(2)
+    assert narrow.walk and narrow.strided_groups and (narrow.block_rows, narrow.block_time) == (16, 64)
     split = _launch.plan_tiles(64, 4096, True, cpu, heavy=False, strided_time_major=_launch.STRIDED_TIME_MAJOR)
     assert split.split and not split.walk and not split.strided_groups and split.vec == 1
 

@@ -172,10 +172,10 @@ class StridedTimeMajor:
     (``_NARROW_STRIDED_TILE_ROWS``, twice as many programs as 32) where those programs fit two to a
     multiprocessor: ``narrow_warps`` warps where one program per multiprocessor covers the rows, half as
     many otherwise, each thread one group; where they do not fit, ``tile``. Fewer rows than
-    ``_STRIDED_TILE_MIN_ROWS`` split time: calls of at least ``walk[0]`` rows walk segments in tiles of
-    (rows, steps) ``walk[:2]``, ``walk[2]`` warps per multiprocessor, fewer rows the time-major walk tile
-    of 64 steps (also where the kernel's step-by-step walk takes shorter chunks); a split of one chunk
-    per program reads step by step."""
+    ``_STRIDED_TILE_MIN_ROWS`` split time: calls of at least ``walk[0]`` rows of float32 steps walk
+    segments in tiles of (rows, steps) ``walk[:2]``, ``walk[2]`` warps per multiprocessor, others the
+    time-major walk tile of 64 steps (also where the kernel's step-by-step walk takes shorter chunks); a
+    split of one chunk per program reads step by step."""
 
     vec: int
     many_rows: tuple[int, int, int]
@@ -194,6 +194,12 @@ class StridedTimeMajor:
         warps = self.narrow_warps if triton.cdiv(num_rows, rows) <= multiprocessors else self.narrow_warps // 2
         return rows, 32 // rows * self.vec * warps, warps
 
+
+# the 32-row walk tiles were measured faster with float32 steps (the widest input's bytes) only: bf16
+# values with uint8 flags stored [T, N] read slower with them at 64x2^18 (-run27-few-and-bf16.txt,
+# round 26 -> 32-row walks, % of the copy ceiling: GAE 39.5 -> 33.9, V-trace 44.2 -> 41.7, eligibility
+# traces 37.9 -> 31.6), float64 was not measured
+_WIDE_WALK_ELEMENT_BYTES = 4
 
 # Measured on an H200, float32 stored [T, N], % of the copy ceiling, step by step (the tiles above) ->
 # strided groups of 8 steps, 3 input sets (benchmarks/results/h200-2026-12-02-run26-strided-ab.txt,
@@ -576,7 +582,8 @@ def _plan(
         walk_warps_per_multiprocessor = walk_programs * _TIME_MAJOR_WALK_PLAN_WARPS
         if time_major and time_major_walk is not None:
             walk_steps, walk_warps_per_multiprocessor = time_major_walk
-        if time_major and strided_time_major is not None and num_rows >= strided_time_major.walk[0]:
+        if (time_major and strided_time_major is not None and num_rows >= strided_time_major.walk[0]
+                and element_bytes == _WIDE_WALK_ELEMENT_BYTES):
             walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.walk
             # the tile names its warps (8, more than other walks take)
             strided_walk_warps = walk_rows * walk_steps // _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
