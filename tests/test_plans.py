@@ -61,8 +61,8 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
         return torch.zeros(seq_len, rows).t()
 
     # strided groups of 8 steps: from 16384 rows 32 rows x 32 steps with 4 warps (V-trace 32 x 64 with
-    # 8 warps), from 4096 rows 32 x 64 with 8 warps, fewer rows step by step; the plain recurrence reads
-    # step by step
+    # 8 warps), fewer rows 32 x 64 with 8 warps where 16-row programs would not fit two to a
+    # multiprocessor (the next test); the plain recurrence reads step by step
     x, flags, out = time_major(16384), time_major(16384), time_major(16384)
     assert tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (32, 32, 4, True)
     assert tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None) == (32, 32, 4, True)
