@@ -118,6 +118,11 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         assert calls(2048) == {"gae": (16, 256, 16), "gae+trunc": (16, 256, 16), "vtrace": (16, 128, 8),
                                "discounted": (16, 256, 16), "lambda": (16, 256, 16), "episodic": (16, 256, 16)}
         assert {plan[0] for plan in calls(2047).values()} == {"split"}
+        # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles
+        for rows, seq_len, expected in ((3000, 4095, (16, 128, 4)), (4096, 4095, (32, 64, 8))):
+            x = torch.zeros(seq_len, rows).t()
+            seen = recorded_meta(monkeypatch, _launch.gae, x, x, x, x, None, 0.99, 0.95, None, x[:, 0])
+            assert (seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]) == expected
     finally:
         _launch._default_plan.cache_clear()
 
@@ -130,8 +135,8 @@ def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_
     assert walk.walk and walk.strided_groups and walk.vec == 8
     assert (walk.block_rows, walk.block_time, walk.num_warps) == (8, 64, 2)
     # from 32 rows of float32 steps, tiles of 32 rows x 64 steps, 8 warps, two programs per multiprocessor
-    def walk_of_64_rows(element_bytes):
-        return _launch.plan_tiles(64, 1 << 18, True, cpu, heavy=False, element_bytes=element_bytes,
+    def walk_of_64_rows(element_bytes, seq_len=1 << 18):
+        return _launch.plan_tiles(64, seq_len, True, cpu, heavy=False, element_bytes=element_bytes,
                                   walk_split=_launch._LAMBDA_WALK, time_major_walk=_launch._TIME_MAJOR_SHORT_WALK,
                                   strided_time_major=_launch.STRIDED_TIME_MAJOR)
 
@@ -142,6 +147,9 @@ def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_
     # 2-byte steps (bf16 values, uint8 flags) keep 16 x 64
     narrow = walk_of_64_rows(2)
     assert narrow.walk and narrow.strided_groups and (narrow.block_rows, narrow.block_time) == (16, 64)
+    # and so do rows of no whole number of groups (read step by step)
+    odd = walk_of_64_rows(4, (1 << 18) - 1)
+    assert odd.walk and (odd.block_rows, odd.block_time) == (16, 64)
     split = _launch.plan_tiles(64, 4096, True, cpu, heavy=False, strided_time_major=_launch.STRIDED_TIME_MAJOR)
     assert split.split and not split.walk and not split.strided_groups and split.vec == 1
 

@@ -184,12 +184,14 @@ class StridedTimeMajor:
     narrow_warps: int
     walk: tuple[int, int, int] = (32, 64, 16)
 
-    def tile_of(self, num_rows: int, multiprocessors: int) -> tuple[int, int, int]:
-        """(rows, steps, warps) of the tiles of a call of ``num_rows`` rows (at least ``_STRIDED_TILE_MIN_ROWS``)."""
+    def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True) -> tuple[int, int, int]:
+        """(rows, steps, warps) of the tiles of a call of ``num_rows`` rows (at least ``_STRIDED_TILE_MIN_ROWS``);
+        rows of no whole number of groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
         if num_rows >= _TIME_MAJOR_MANY_ROWS:
             return self.many_rows
         rows = _NARROW_STRIDED_TILE_ROWS
-        if num_rows >= self.full_tile_rows or triton.cdiv(num_rows, rows) > 2 * multiprocessors:
+        if (not whole_groups or num_rows >= self.full_tile_rows
+                or triton.cdiv(num_rows, rows) > 2 * multiprocessors):
             return self.tile
         warps = self.narrow_warps if triton.cdiv(num_rows, rows) <= multiprocessors else self.narrow_warps // 2
         return rows, 32 // rows * self.vec * warps, warps
@@ -235,6 +237,8 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096)
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8)
 _STRIDED_TILE_MIN_ROWS = 2048
+# rows of no whole number of groups take the strided plans (read step by step) from this many rows
+_PARTIAL_GROUPS_STRIDED_MIN_ROWS = 4096
 _NARROW_STRIDED_TILE_ROWS = 16
 # at most 8 contiguous steps per thread are loaded as one vector (16 bytes of bf16), 4 of float32
 _MAX_VEC = 8
@@ -544,10 +548,14 @@ def _plan(
     if strided_time_major is not None:
         # strided groups take the time-major walk tile of 64 steps (see StridedTimeMajor)
         time_major_walk = None
+    # rows of no whole number of groups are read step by step (_grouped_meta) and keep the plans they had
+    # before the tiles of 16 rows and the walks of 32 (none of those was measured on such rows)
+    whole_groups = strided_time_major is not None and seq_len % strided_time_major.vec == 0
     strided_tile = (time_major and strided_time_major is not None and time_major_tile is None
-                    and num_rows >= _STRIDED_TILE_MIN_ROWS)
+                    and num_rows >= (_STRIDED_TILE_MIN_ROWS if whole_groups else _PARTIAL_GROUPS_STRIDED_MIN_ROWS))
     if strided_tile:
-        tile_rows, tile_steps, tile_warps = strided_time_major.tile_of(num_rows, _multiprocessors(device))
+        tile_rows, tile_steps, tile_warps = strided_time_major.tile_of(num_rows, _multiprocessors(device),
+                                                                       whole_groups)
         # the tile names its warps (max_warps is for batch-major single chunks)
         max_warps = max(max_warps, tile_warps)
         unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
@@ -582,7 +590,7 @@ def _plan(
         walk_warps_per_multiprocessor = walk_programs * _TIME_MAJOR_WALK_PLAN_WARPS
         if time_major and time_major_walk is not None:
             walk_steps, walk_warps_per_multiprocessor = time_major_walk
-        if (time_major and strided_time_major is not None and num_rows >= strided_time_major.walk[0]
+        if (time_major and whole_groups and num_rows >= strided_time_major.walk[0]
                 and element_bytes == _WIDE_WALK_ELEMENT_BYTES):
             walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.walk
             # the tile names its warps (8, more than other walks take)
