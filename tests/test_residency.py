@@ -43,7 +43,8 @@ CASES = [
     pytest.param(layout, name, rows, steps, id=f"{layout}-{name}-{rows}x{steps}",
                  marks=over_budget_mark((layout, name, rows, steps)))
     for layout in LAYOUTS
-    # one row stored [T, 1] is batch-major; 64 rows stored [T, N] walk tiles of 4 warps, 8 rows of 2
+    # one row stored [T, 1] is batch-major; 64 rows stored [T, N] walk tiles of 32 rows and 8 warps (Retrace
+    # of 16 rows and 4 warps), 8 rows of 2
     for rows, steps in (((8, 2**21), (64, 2**18)) if layout == "time-major" else ((8, 2**21), (1, 2**24)))
     for name in ESTIMATORS
 ]
