@@ -336,12 +336,10 @@ def _disassemble(cubin: bytes) -> str:
                               check=True).stdout
 
 
-def sass_opcodes(launch: Launch, modifiers: bool = False) -> collections.Counter:
-    """How many SASS instructions of each opcode (without modifiers, unless ``modifiers``: ``LDG.E.64``)
-    the launch's kernel holds for sm_90a."""
+def sass_opcodes(launch: Launch) -> collections.Counter:
+    """How many SASS instructions of each opcode (without modifiers) the launch's kernel holds for sm_90a."""
     sass = _disassemble(_sm90_kernel(launch).asm["cubin"])
-    opcode = r"[A-Z0-9_.]+" if modifiers else r"[A-Z0-9_]+"
-    instruction = re.compile(rf"^\s+/\*[0-9a-f]{{4}}\*/\s+(?:@!?U?P\w+\s+)?({opcode})")
+    instruction = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
     return collections.Counter(found.group(1) for line in sass.splitlines() if (found := instruction.match(line)))
 
 
@@ -372,13 +370,9 @@ def main() -> None:
                     launches = record_launches(calls[name])
                 for launch in launches:
                     opcodes = sass_opcodes(launch)
-                    # global loads and stores with their widths (LDG.E.64: 8 bytes a thread)
-                    memory = {op: count for op, count in sass_opcodes(launch, modifiers=True).items()
-                              if op.startswith(("LDG", "STG"))}
                     rows.append({"layout": layout, "estimator": name, "shape": shape, "plan": plan,
                                  "kernel": launch.kernel.__name__, "strided_groups": bool(launch.meta.get("STRIDED_GROUPS")),
-                                 "row_pairs": launch.meta.get("STRIDED_GROUPS") == 2,
-                                 "opcodes": dict(opcodes), "memory": memory})
+                                 "opcodes": dict(opcodes)})
                     if not args.json:
                         common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
                         print(f"{layout:10s} {name:20s} {shape:>11s} {plan:>12s} {launch.kernel.__name__:24s} "

@@ -39,20 +39,3 @@ def test_time_major_strided_groups_scan_in_registers():
         assert row["strided_groups"], row
         assert row["opcodes"].get("LDS", 0) <= 16, (row["estimator"], row["shape"], row["opcodes"])
 
-
-def test_time_major_row_pairs_load_two_rows_as_one_vector():
-    """Strided groups of two rows per thread (``tile_override``'s ``row_pairs``) rest on a hint too: told
-    that pairs of neighbouring rows are contiguous, Triton loads and stores a step of both as one
-    vector, 8 bytes of float32 (benchmarks/NOTES.md, "Twenty-seventh round"), with the groups still in
-    registers."""
-    result = run_registers_script("--sass", "gae,vtrace,eligibility-traces", "--shapes", "4096x4096", "--layouts",
-                                  "time-major", "--plans", "32x128x8xv8xnxq2", "--json", timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    rows = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(rows) == 3
-    for row in rows:
-        assert row["row_pairs"], row
-        memory = row["memory"]
-        assert memory.get("LDG.E.64", 0) >= 32 and memory.get("STG.E.64", 0) >= 8, (row["estimator"], memory)
-        assert all(op in ("LDG.E.64", "STG.E.64") for op in memory), (row["estimator"], memory)
-        assert row["opcodes"].get("LDS", 0) <= 32, (row["estimator"], row["opcodes"])

@@ -2,7 +2,8 @@
 across the tile's rows (``kernels/scan.py: strided_offsets``), scanned in registers as batch-major
 groups are. Every kernel that reads them (GAE, V-trace, lambda- and discounted returns, eligibility
 traces, prefix sums) is checked against the float64 oracle on [T, N] buffers, in each kind of plan:
-rows walked chunk by chunk (tiles of 4 and of 16 rows), a time split of one chunk per program, and walked segments.
+rows walked chunk by chunk (tiles of 4 and of 16 rows), a time split of one chunk per program, and walked
+segments (tiles of 4 and of 32 rows).
 """
 
 import pytest
@@ -24,7 +25,12 @@ PLANS = {
     "split": {"block_rows": 4, "block_time": 16, "split": True, "walk_programs": 0, "vec": 8},
     # segments of several chunks of 4 groups of 2 steps
     "walk": {"block_rows": 4, "block_time": 8, "split": True, "walk_programs": 2, "vec": 2},
+    # the walk of at least 32 rows: segments of chunks of 32 rows x 64 steps, 8 warps
+    "walk32": {"block_rows": 32, "block_time": 64, "num_warps": 8, "split": True, "walk_programs": 2, "vec": 8},
 }
+# rows x steps of each plan's rollout: 11 rows make partial row tiles of 4 and 16; the 32-row walk takes
+# 34 rows (a second row tile of 2) and enough steps for segments of several chunks
+ROLLOUTS = {"walk32": (34, 264)}
 
 
 pytestmark = pytest.mark.usefixtures("four_multiprocessors")
@@ -33,58 +39,8 @@ pytestmark = pytest.mark.usefixtures("four_multiprocessors")
 @pytest.mark.parametrize("plan", list(PLANS))
 @pytest.mark.parametrize("name", NAMES)
 def test_time_major_strided_groups(name, plan, make_rollout):
-    ro = make_rollout(11, 200)
+    ro = make_rollout(*ROLLOUTS.get(plan, (11, 200)))
     out, expected = run(name, ro, tile=PLANS[plan], time_major=True)
-    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
-
-
-# the walk of at least 32 rows: segments of chunks of 32 rows x 64 steps, 8 warps (a partial second
-# row tile of 2 rows here)
-WIDE_WALK = {"block_rows": 32, "block_time": 64, "num_warps": 8, "split": True, "walk_programs": 2, "vec": 8}
-
-
-# two neighbouring rows per thread, loaded as one vector (tile_override's row_pairs): a chunk walk of 32-row
-# tiles (two row tiles, the second partial) and a walk of segments
-ROW_PAIRS = {
-    "chunks": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "row_pairs": True},
-    "walk": {**WIDE_WALK, "row_pairs": True},
-}
-
-
-@pytest.mark.parametrize("plan", list(ROW_PAIRS))
-@pytest.mark.parametrize("name", NAMES)
-def test_time_major_strided_groups_of_row_pairs(name, plan, make_rollout):
-    ro = make_rollout(34, 264)
-    out, expected = run(name, ro, tile=ROW_PAIRS[plan], time_major=True)
-    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
-
-
-def test_row_pairs_only_where_rows_are_one_element_apart_and_pairs_even():
-    """Row pairs are read as vectors: the hint must hold for every [rows, T] tensor of a launch."""
-    meta = {"VEC": 8, "STRIDED_GROUPS": 2}
-
-    def time_major(num_rows, seq_len=64, width=None):
-        return torch.zeros(seq_len, width or num_rows)[:, :num_rows].t()
-
-    assert _launch._grouped_meta((time_major(40), time_major(40)), meta)["STRIDED_GROUPS"] == 2
-    # [T, N] with N odd: pairs of a step start at odd offsets every other step
-    assert _launch._grouped_meta((time_major(40), time_major(41)), meta)["STRIDED_GROUPS"] is True
-    # every other env of a [T, 2N] buffer: rows two elements apart
-    every_other = torch.zeros(64, 80)[:, ::2].t()
-    assert _launch._grouped_meta((time_major(40), every_other), meta)["STRIDED_GROUPS"] is True
-    # a slice of a wider even buffer keeps pairs; a single row has no row stride to check, but its
-    # steps must still be an even number of elements apart
-    assert _launch._grouped_meta((time_major(40, width=48), torch.zeros(64, 4)[:, :1].t()),
-                                 meta)["STRIDED_GROUPS"] == 2
-    assert _launch._grouped_meta((torch.zeros(64, 3)[:, :1].t(),), meta)["STRIDED_GROUPS"] is True
-    # rows of no whole number of groups read step by step, row pairs or not
-    assert _launch._grouped_meta((time_major(40, 60),), meta) == {"VEC": 1, "STRIDED_GROUPS": False}
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_time_major_strided_groups_walked_in_32_row_tiles(name, make_rollout):
-    ro = make_rollout(34, 264)
-    out, expected = run(name, ro, tile=WIDE_WALK, time_major=True)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 

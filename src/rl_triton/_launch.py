@@ -349,8 +349,6 @@ class TilePlan:
     # time-major groups of ``vec`` steps, each step loaded across the tile's rows (kernels/scan.py:
     # strided_offsets)
     strided_groups: bool = False
-    # strided groups of two neighbouring rows per thread, loaded as one vector (tile_override's row_pairs)
-    row_pairs: bool = False
 
     @property
     def walk(self) -> bool:
@@ -386,7 +384,6 @@ class _Override:
     walk_programs: int | None = None
     retrace_kernels: str | None = None
     retrace_flat_values: int | None = None
-    row_pairs: bool | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -407,7 +404,6 @@ def tile_override(
     walk_programs: int | None = None,
     retrace_kernels: str | None = None,
     retrace_flat_values: int | None = None,
-    row_pairs: bool | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -420,14 +416,12 @@ def tile_override(
     the call (the tile sizes then apply to the kernel that scans), except outputs narrower than half
     the compute dtype, which always take the one-pass kernel; ``retrace_flat_values``: the first of
     Retrace's two passes reads dense per-action tensors in flat blocks of this many values where it can
-    (0: in ``[steps, actions]`` tiles); ``row_pairs``: time-major tiles read in strided groups hold two
-    neighbouring rows per thread, loaded as one vector where the rows are one element apart and the
-    time stride is even (``kernels/scan.py: strided_offsets``; no default plan takes it).
+    (0: in ``[steps, actions]`` tiles).
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_kernels, retrace_flat_values, row_pairs)
+                          walk_programs, retrace_kernels, retrace_flat_values)
     try:
         yield
     finally:
@@ -680,7 +674,7 @@ def _plan(
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, True, segment_chunks, strided_groups, strided_groups and bool(_override.row_pairs))
+                    max_registers, True, segment_chunks, strided_groups)
 
 
 def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
@@ -858,13 +852,8 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     if meta.get("STRIDED_GROUPS", False):
         # strided groups read any strides and alignment; the row length must be a whole number of
         # groups, as the scan's masks and the groups' in-range masks take it
-        tiles = [arg for arg in args if isinstance(arg, torch.Tensor) and arg.dim() == 2]
-        if any(tile.shape[1] % vec for tile in tiles):
+        if any(isinstance(arg, torch.Tensor) and arg.dim() == 2 and arg.shape[1] % vec for arg in args):
             return {**meta, "VEC": 1, "STRIDED_GROUPS": False}
-        # row pairs are loaded as one vector: neighbouring rows one element apart, pairs at even offsets
-        if meta["STRIDED_GROUPS"] == 2 and any((tile.shape[0] > 1 and tile.stride(0) != 1)
-                                               or (tile.shape[1] > 1 and tile.stride(1) % 2) for tile in tiles):
-            return {**meta, "STRIDED_GROUPS": True}
         return meta
     for arg in args:
         if isinstance(arg, torch.Tensor) and arg.dim() == 2:
@@ -1008,8 +997,7 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:
     if walk:
         meta["WALK"] = plan.walk
     if plan.strided_groups:
-        # 2: two rows per thread (kernels/scan.py: strided_offsets), where _grouped_meta finds them contiguous
-        meta["STRIDED_GROUPS"] = 2 if plan.row_pairs else True
+        meta["STRIDED_GROUPS"] = True
     return meta
 
 
