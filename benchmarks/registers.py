@@ -207,10 +207,10 @@ def _empty(*shape: int, dtype: torch.dtype = torch.float32, time_major: bool = F
 
 def walking_calls(num_rows: int, seq_len: int, layout: str = "float32") -> dict[str, Callable[[], None]]:
     """The benchmark's calls at one shape, through the launchers: float32 values and flags, the same
-    stored time-major (``[T, N]``), or bf16 values with uint8 flags."""
-    time_major = layout == "time-major"
-    values_dtype = torch.bfloat16 if layout == "bf16" else torch.float32
-    flags_dtype = torch.uint8 if layout == "bf16" else torch.float32
+    stored time-major (``[T, N]``), or bf16 values with uint8 flags (``bf16-time-major``: stored ``[T, N]``)."""
+    time_major = layout.endswith("time-major")
+    values_dtype = torch.bfloat16 if layout.startswith("bf16") else torch.float32
+    flags_dtype = torch.uint8 if layout.startswith("bf16") else torch.float32
 
     def x() -> torch.Tensor:
         return _empty(num_rows, seq_len, dtype=values_dtype, time_major=time_major)
@@ -347,7 +347,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON list of the rows (with --sass too), for the tests")
     parser.add_argument("--layouts", default="float32",
-                        help=f"comma-separated subset of {','.join(LAYOUTS)} (default float32, as the tests check)")
+                        help=f"comma-separated subset of {','.join(LAYOUTS)} (default float32, as the tests check); "
+                             "--sass also takes bf16-time-major (bf16 values with uint8 flags stored [T, N])")
     parser.add_argument("--compile-all", action="store_true",
                         help="compile every distinct launch of many calls for sm_90a; fail if any does not compile")
     parser.add_argument("--sass", default="",

@@ -27,10 +27,15 @@ PLANS = {
     "walk": {"block_rows": 4, "block_time": 8, "split": True, "walk_programs": 2, "vec": 2},
     # the walk of at least 32 rows: segments of chunks of 32 rows x 64 steps, 8 warps
     "walk32": {"block_rows": 32, "block_time": 64, "num_warps": 8, "split": True, "walk_programs": 2, "vec": 8},
+    # row pairs (two neighbouring rows per thread): 32-row tiles walked chunk by chunk, and 32-row walks
+    "pairs": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "row_pairs": True},
+    "walk32pairs": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": True, "walk_programs": 2, "vec": 8,
+                    "row_pairs": True},
 }
 # rows x steps of each plan's rollout: 11 rows make partial row tiles of 4 and 16; the 32-row walk takes
-# 34 rows (a second row tile of 2) and enough steps for segments of several chunks
-ROLLOUTS = {"walk32": (34, 264)}
+# 34 rows (a second row tile of 2) and enough steps for segments of several chunks; row pairs take 48 rows
+# (a multiple of 16, as they need, and a second row tile of 16)
+ROLLOUTS = {"walk32": (34, 264), "pairs": (48, 200), "walk32pairs": (48, 264)}
 
 
 pytestmark = pytest.mark.usefixtures("four_multiprocessors")
@@ -90,3 +95,65 @@ def test_strided_groups_of_sliced_time_major_buffers(name, make_rollout):
         out = compute(**kwargs, time_dim=0)
     out = tuple(o.t() for o in out) if isinstance(out, tuple) else out.t()
     assert_outputs_rel(out, ORACLES[compute](**build(ro.oracle_inputs())), TOLERANCE[torch.float32])
+
+
+def _launched_strided_groups(monkeypatch) -> list:
+    """The STRIDED_GROUPS of every launch from now on, as ``_grouped_meta`` settles it."""
+    settled = []
+    launch = _launch._launch
+
+    def record(kernel, grid, *args, **meta):
+        settled.append(_launch._grouped_meta(args, meta).get("STRIDED_GROUPS"))
+        launch(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(_launch, "_launch", record)
+    return settled
+
+
+@pytest.mark.parametrize("name", ["gae", "vtrace", "prefix_sum"])
+def test_row_pairs_only_where_every_pair_of_rows_is_contiguous(name, make_rollout, monkeypatch):
+    """Row pairs are asked for on [T, N] buffers of N a multiple of 16; N = 40 (an even time stride, but a
+    row count not a multiple of 16) and the first 48 envs of a [T, 49] buffer (an odd time stride) get one
+    row per thread, with the same results."""
+    settled = _launched_strided_groups(monkeypatch)
+    compute, build = estimator_calls(0.99, 0.95)[name]
+    ro = make_rollout(48, 64)
+    out, expected = run(name, ro, tile=PLANS["pairs"], time_major=True)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+    assert settled and set(settled) == {2}
+
+    settled.clear()
+    ro = make_rollout(40, 64)
+    out, expected = run(name, ro, tile=PLANS["pairs"], time_major=True)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+    assert settled and set(settled) == {True}
+
+    settled.clear()
+    ro = make_rollout(48, 64)
+
+    def first_envs_of_a_wider_buffer(x):
+        if not torch.is_tensor(x) or x.dim() != 2:
+            return x
+        wide = torch.zeros((x.shape[1], x.shape[0] + 1), dtype=x.dtype, device=x.device)
+        wide[:, :-1] = x.t()
+        return wide[:, :-1]
+
+    kwargs = {key: first_envs_of_a_wider_buffer(value) for key, value in build(ro).items()}
+    assert all(value.stride() == (49, 1) for value in kwargs.values() if torch.is_tensor(value) and value.dim() == 2)
+    with _dispatch.use_backend("triton"), _launch.tile_override(**PLANS["pairs"]):
+        out = compute(**kwargs, time_dim=0)
+    out = tuple(o.t() for o in out) if isinstance(out, tuple) else out.t()
+    assert_outputs_rel(out, ORACLES[compute](**build(ro.oracle_inputs())), TOLERANCE[torch.float32])
+    assert settled and set(settled) == {True}
+
+
+def test_row_pairs_need_rows_one_element_apart_and_an_even_time_stride():
+    pairs = _launch._rows_in_pairs
+    buffer = torch.zeros(64, 32)  # [T, N]
+    assert pairs(buffer.t())  # rows one element apart, time stride 32
+    assert not pairs(buffer[:, ::2].t())  # rows two apart
+    assert not pairs(torch.zeros(64, 33)[:, :32].t())  # an odd time stride
+    assert not pairs(torch.zeros(64, 24).t())  # 24 rows: not a multiple of 16
+    assert pairs(torch.zeros(1, 32).t())  # one step: no time stride to check
+    assert not pairs(torch.zeros(32, 64))  # batch-major: rows 64 apart
+    assert pairs(torch.zeros(32).expand(8, 32).t())  # time stride 0: every step of a row in one place

@@ -349,6 +349,9 @@ class TilePlan:
     # time-major groups of ``vec`` steps, each step loaded across the tile's rows (kernels/scan.py:
     # strided_offsets)
     strided_groups: bool = False
+    # strided groups of two neighbouring rows per thread, each step of both loaded as one vector
+    # (kernels/scan.py: strided_offsets), where the launch's tensors allow it (_grouped_meta)
+    row_pairs: bool = False
 
     @property
     def walk(self) -> bool:
@@ -384,6 +387,7 @@ class _Override:
     walk_programs: int | None = None
     retrace_kernels: str | None = None
     retrace_flat_values: int | None = None
+    row_pairs: bool | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -404,6 +408,7 @@ def tile_override(
     walk_programs: int | None = None,
     retrace_kernels: str | None = None,
     retrace_flat_values: int | None = None,
+    row_pairs: bool | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -416,12 +421,14 @@ def tile_override(
     the call (the tile sizes then apply to the kernel that scans), except outputs narrower than half
     the compute dtype, which always take the one-pass kernel; ``retrace_flat_values``: the first of
     Retrace's two passes reads dense per-action tensors in flat blocks of this many values where it can
-    (0: in ``[steps, actions]`` tiles).
+    (0: in ``[steps, actions]`` tiles); ``row_pairs``: strided time-major tiles hold two neighbouring rows
+    per thread (``kernels/scan.py: strided_offsets``) where the tile has a pair of rows for every thread
+    and the launch's tensors allow it (``_grouped_meta``), or one row per thread (False).
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_kernels, retrace_flat_values)
+                          walk_programs, retrace_kernels, retrace_flat_values, row_pairs)
     try:
         yield
     finally:
@@ -668,13 +675,17 @@ def _plan(
         vec //= 2
     vec = _override.vec or vec
     strided_groups = strided_time_major is not None and vec > 1
+    # a pair of rows for every thread: at least 32 rows (tiles of 16 rows in pairs went through shared
+    # memory when compiled for sm_90a)
+    row_pairs = (strided_groups and bool(_override.row_pairs) and block_rows >= 2 * _NARROW_STRIDED_TILE_ROWS
+                 and block_rows * block_time >= 2 * 32 * num_warps * vec)
     if split and segment_chunks > 1:
         default_cap = _walk_register_budget(walk_programs, num_warps) if walk_register_cap else None
     else:
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, True, segment_chunks, strided_groups)
+                    max_registers, True, segment_chunks, strided_groups, row_pairs)
 
 
 def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
@@ -852,8 +863,11 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     if meta.get("STRIDED_GROUPS", False):
         # strided groups read any strides and alignment; the row length must be a whole number of
         # groups, as the scan's masks and the groups' in-range masks take it
-        if any(isinstance(arg, torch.Tensor) and arg.dim() == 2 and arg.shape[1] % vec for arg in args):
+        matrices = [arg for arg in args if isinstance(arg, torch.Tensor) and arg.dim() == 2]
+        if any(matrix.shape[1] % vec for matrix in matrices):
             return {**meta, "VEC": 1, "STRIDED_GROUPS": False}
+        if meta["STRIDED_GROUPS"] == 2 and not all(map(_rows_in_pairs, matrices)):
+            return {**meta, "STRIDED_GROUPS": True}
         return meta
     for arg in args:
         if isinstance(arg, torch.Tensor) and arg.dim() == 2:
@@ -862,6 +876,17 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
                     or arg.data_ptr() % _VECTOR_BYTES):
                 return {**meta, "VEC": 1}
     return meta
+
+
+def _rows_in_pairs(matrix: torch.Tensor) -> bool:
+    """Whether every pair of rows (0-1, 2-3, ...) of a ``[rows, time]`` tensor lies at one element's
+    distance, each pair starting at an even offset, as row pairs tell Triton
+    (``kernels/scan.py: strided_offsets``): rows one element apart and an even time stride. A row
+    count Triton does not know to be a multiple of 16 would leave the row mask of a pair unknown to be
+    equal, so such calls take one row per thread too."""
+    num_rows, seq_len = matrix.shape
+    return ((num_rows == 1 or matrix.stride(0) == 1) and (seq_len == 1 or matrix.stride(1) % 2 == 0)
+            and num_rows % 16 == 0)
 
 
 class _CompileBatch:
@@ -997,7 +1022,7 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:
     if walk:
         meta["WALK"] = plan.walk
     if plan.strided_groups:
-        meta["STRIDED_GROUPS"] = True
+        meta["STRIDED_GROUPS"] = 2 if plan.row_pairs else True
     return meta
 
 

@@ -570,7 +570,8 @@ def chunk_groups(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: t
 
 
 @triton.jit
-def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.constexpr, VEC: tl.constexpr):
+def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.constexpr, VEC: tl.constexpr,
+                    ROWS_PER_THREAD: tl.constexpr = 1):
     """Offsets of the steps of a strided tile, [rows, groups, VEC]: step ``group_starts[g] + SHIFT + k``
     at lane k.
 
@@ -580,11 +581,20 @@ def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.const
     VEC steps of a group in one thread (the shape's last dimension, which no lane or warp covers); a
     group is then scanned in registers as a batch-major one is. Told the truth (rows contiguous),
     Triton puts 4 rows in each thread and spreads the steps over lanes.
+
+    ROWS_PER_THREAD = 2 (row pairs) tells Triton that each pair of neighbouring rows is contiguous and
+    starts at an even offset, so a thread holds two rows and loads a step of both as one vector (8
+    bytes of float32, 4 of bf16). That holds only where the rows are one element apart and the time
+    stride is even, which the launcher checks (``_launch._grouped_meta``) before it asks for pairs.
     """
     lanes = tl.arange(0, VEC) + SHIFT
     starts = rows[:, None] * row_stride + group_starts[None, :] * time_stride
     offsets = starts[:, :, None] + (lanes.to(tl.int64) * time_stride)[None, None, :]
-    return tl.max_contiguous(offsets, [1, 1, 1]), group_starts[:, None] + lanes[None, :]
+    if ROWS_PER_THREAD == 2:
+        offsets = tl.multiple_of(tl.max_contiguous(offsets, [2, 1, 1]), [2, 1, 1])
+    else:
+        offsets = tl.max_contiguous(offsets, [1, 1, 1])
+    return offsets, group_starts[:, None] + lanes[None, :]
 
 
 @triton.jit
@@ -614,7 +624,7 @@ def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other
     """
     if STRIDED:
         groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
-        offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, SHIFT, VEC)
+        offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, SHIFT, VEC, STRIDED)
         values = tl.load(ptr + offsets, mask=strided_mask(row_ok, groups, steps, seq_len, SHIFT), other=other)
     else:
         steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC) + SHIFT
@@ -662,7 +672,7 @@ def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len,
         edge_offset: tl.constexpr = VEC if SHIFT > 0 else -1
         if STRIDED:
             groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
-            offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, edge_offset, 1)
+            offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, edge_offset, 1, STRIDED)
             edge = tl.load(ptr + offsets, mask=strided_mask(row_ok, groups, steps, seq_len, edge_offset), other=other)
         else:
             groups = tl.arange(0, BLOCK_TIME // VEC)[:, None]
@@ -701,7 +711,7 @@ def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, valu
     """Store a chunk tile given in processing order (the inverse of load_chunk)."""
     if STRIDED:
         groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
-        offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, 0, VEC)
+        offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, 0, VEC, STRIDED)
         tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=strided_mask(row_ok, groups, steps, seq_len, 0))
     else:
         steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
