@@ -101,6 +101,16 @@ def calls(d: dict) -> dict:
             last_value=d["low"]["last"], time_dim=0), ["lt", "lb", "v", "r", "term", "last"], 1),
         "eligibility_time_major_bf16_u8": (lambda: rl_triton.compute_eligibility_traces(
             d["tm_low"]["r"], d["tm_low"]["term"], 0.99, 0.95, time_dim=0), ["r", "term"], 0.5),
+        "gae_trunc_time_major_bf16_u8": (lambda: rl_triton.compute_gae(
+            d["tm_low"]["r"], d["tm_low"]["v"], d["tm_low"]["term"], d["tm_low"]["trunc"],
+            bootstrap_values=d["tm_low"]["boot"], time_dim=0), ["r", "v", "term", "trunc", "boot"], 0.5),
+        "lambda_returns_time_major_bf16_u8": (lambda: rl_triton.compute_lambda_returns(
+            d["tm_low"]["r"], d["tm_low"]["v"], d["tm_low"]["term"], d["tm_low"]["trunc"],
+            bootstrap_values=d["tm_low"]["boot"], time_dim=0), ["r", "v", "term", "trunc", "boot"], 0.5),
+        "discounted_time_major_bf16_u8": (lambda: rl_triton.compute_discounted_returns(
+            d["tm_low"]["r"], d["tm_low"]["term"], time_dim=0), ["r", "term"], 0.5),
+        "prefix_sum_time_major_bf16_u8": (lambda: rl_triton.compute_episodic_prefix_sum(
+            d["tm_low"]["r"], d["tm_low"]["term"], time_dim=0), ["r", "term"], 0.5),
         "gae_trunc_bf16_u8": (lambda: rl_triton.compute_gae(d["low"]["r"], d["low"]["v"], d["low"]["term"],
                                                             d["low"]["trunc"], bootstrap_values=d["low"]["boot"]),
                               ["r", "v", "term", "trunc", "boot"], 0.5),
