@@ -98,29 +98,47 @@ def rollout(rows: int, seq_len: int, num_actions: int, seed: int) -> dict:
     return data
 
 
-# estimator: (call, input keys, outputs)
+# estimator: (call, input keys, outputs); keyword arguments go to the estimator (time_dim)
 CALLS = {
-    "gae": (lambda d: compute_gae(d["r"], d["v"], d["term"], last_value=d["last"]), ("r", "v", "term", "last"), 1),
-    "vtrace": (lambda d: compute_vtrace(d["lt"], d["lb"], d["v"], d["r"], d["term"], last_value=d["last"]),
+    "gae": (lambda d, **kw: compute_gae(d["r"], d["v"], d["term"], last_value=d["last"], **kw), ("r", "v", "term", "last"), 1),
+    "vtrace": (lambda d, **kw: compute_vtrace(d["lt"], d["lb"], d["v"], d["r"], d["term"], last_value=d["last"], **kw),
                ("lt", "lb", "v", "r", "term", "last"), 2),
-    "lambda_returns": (lambda d: compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
-                                                        bootstrap_values=d["boot"]),
+    "lambda_returns": (lambda d, **kw: compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
+                                                        bootstrap_values=d["boot"], **kw),
                        ("r", "v", "term", "trunc", "boot"), 1),
-    "discounted_returns": (lambda d: compute_discounted_returns(d["r"], d["term"]), ("r", "term"), 1),
-    "eligibility_traces": (lambda d: compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95), ("r", "term"), 1),
-    "prefix_sum": (lambda d: compute_episodic_prefix_sum(d["r"], d["term"]), ("r", "term"), 1),
-    "retrace": (lambda d: compute_retrace(d["pt"], d["pb"], d["v"], d["nq"], d["act"], d["r"], d["term"],
-                                          d["trunc"], 0.99, 0.95),
+    "discounted_returns": (lambda d, **kw: compute_discounted_returns(d["r"], d["term"], **kw), ("r", "term"), 1),
+    "eligibility_traces": (lambda d, **kw: compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95, **kw), ("r", "term"), 1),
+    "prefix_sum": (lambda d, **kw: compute_episodic_prefix_sum(d["r"], d["term"], **kw), ("r", "term"), 1),
+    "retrace": (lambda d, **kw: compute_retrace(d["pt"], d["pb"], d["v"], d["nq"], d["act"], d["r"], d["term"],
+                                          d["trunc"], 0.99, 0.95, **kw),
                 ("pt", "pb", "v", "nq", "act", "r", "term", "trunc"), 2),
 }  # fmt: skip
 
 
-def percent_of_copy(name: str, rows: int, seq_len: int, num_actions: int, ceiling: float) -> float:
+def stored_as(data: dict, layout: str) -> dict:
+    """The rollout's ``[N, T]`` tensors stored ``[T, N]`` (``time-major``), or the same with bf16 values
+    and uint8 flags (``bf16-time-major``; per-env values bf16 too)."""
+    if layout == "batch-major":
+        return data
+    low = layout.startswith("bf16")
+    stored = {}
+    for key, value in data.items():
+        if low:
+            value = value.to(torch.uint8 if key in ("term", "trunc") else torch.bfloat16)
+        stored[key] = value.t().contiguous() if value.dim() == 2 else value
+    return stored
+
+
+def percent_of_copy(name: str, rows: int, seq_len: int, num_actions: int, ceiling: float,
+                    layout: str = "batch-major") -> float:
+    """% of the copy bandwidth of one estimator's calls, bytes counted in the dtypes stored (outputs take
+    the values' dtype)."""
     call, keys, num_outputs = CALLS[name]
-    sets = [rollout(rows, seq_len, num_actions, seed) for seed in range(2)]
+    sets = [stored_as(rollout(rows, seq_len, num_actions, seed), layout) for seed in range(2)]
     data = sets[0]
-    moved = sum(data[k].nbytes for k in keys) + num_outputs * rows * seq_len * 4
-    seconds = device_seconds([lambda d=d: call(d) for d in sets])
+    moved = sum(data[k].nbytes for k in keys) + num_outputs * rows * seq_len * data["r"].element_size()
+    kwargs = {} if layout == "batch-major" else {"time_dim": 0}
+    seconds = device_seconds([lambda d=d: call(d, **kwargs) for d in sets])
     return 100 * moved / seconds / ceiling
 
 
@@ -193,3 +211,24 @@ def test_ppo_sized_call_device_time():
     elementwise = device_seconds([lambda d=d: torch.add(d["r"], d["v"]) for d in sets])
     gae = device_seconds([lambda d=d: CALLS["gae"][0](d) for d in sets])
     assert gae <= 1.5 * elementwise, f"GAE {gae * 1e6:.1f} us vs torch.add {elementwise * 1e6:.1f} us"
+
+
+# Issue 4's target: time-major [T, N] float32, and bf16 values with uint8 flags stored [T, N], read within
+# 10% of the bandwidth of batch-major float32 calls of the same estimator at large shapes
+LAYOUT_NAMES = ("gae", "vtrace", "lambda_returns", "discounted_returns", "eligibility_traces", "prefix_sum")
+LAYOUT_UNMET: dict[tuple[str, str, int, int], str] = {}
+LAYOUT_CASES = [
+    pytest.param(name, rows, seq_len, layout, id=f"{layout}-{name}-{rows}x{seq_len}",
+                 marks=[unmet(*LAYOUT_UNMET[name, layout, rows, seq_len])] if (name, layout, rows, seq_len) in LAYOUT_UNMET
+                 else [])
+    for layout in ("time-major", "bf16-time-major") for rows, seq_len in ((16384, 512), (4096, 4096))
+    for name in LAYOUT_NAMES
+]
+
+
+@pytest.mark.parametrize("name, rows, seq_len, layout", LAYOUT_CASES)
+def test_layouts_read_as_fast_as_batch_major_float32(copy_ceiling, name, rows, seq_len, layout):
+    batch_major = percent_of_copy(name, rows, seq_len, 0, copy_ceiling)
+    other = percent_of_copy(name, rows, seq_len, 0, copy_ceiling, layout)
+    assert other >= 0.9 * batch_major - NOISE_POINTS, (
+        f"{name} {rows}x{seq_len} {layout}: {other:.1f}% of copy, batch-major float32 {batch_major:.1f}%")
