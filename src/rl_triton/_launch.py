@@ -175,7 +175,13 @@ class StridedTimeMajor:
     ``_STRIDED_TILE_MIN_ROWS`` split time: calls of at least ``walk[0]`` rows of float32 steps walk
     segments in tiles of (rows, steps) ``walk[:2]``, ``walk[2]`` warps per multiprocessor, others the
     time-major walk tile of 64 steps (also where the kernel's step-by-step walk takes shorter chunks); a
-    split of one chunk per program reads step by step."""
+    split of one chunk per program reads step by step.
+
+    Some tiles hold two neighbouring rows per thread (row pairs, ``kernels/scan.py: strided_offsets``): those
+    of calls of 2-byte steps from ``_PAIRED_NARROW_MIN_ROWS`` rows (``_PAIRED_NARROW_MANY_ROWS``,
+    ``_PAIRED_NARROW_TILE``), ``paired_many_rows`` for calls of 4-byte steps of at least
+    ``_TIME_MAJOR_MANY_ROWS`` rows, and ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
+    4-byte steps, where set. Rows of no whole number of groups never take them."""
 
     vec: int
     many_rows: tuple[int, int, int]
@@ -183,18 +189,26 @@ class StridedTimeMajor:
     full_tile_rows: int
     narrow_warps: int
     walk: tuple[int, int, int] = (32, 64, 16)
+    paired_many_rows: tuple[int, int, int] | None = None
+    paired_walk: tuple[int, int, int] | None = None
 
-    def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True) -> tuple[int, int, int]:
-        """(rows, steps, warps) of the tiles of a call of ``num_rows`` rows (at least ``_STRIDED_TILE_MIN_ROWS``);
-        rows of no whole number of groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
+    def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
+                element_bytes: int | None = None) -> tuple[int, int, int, bool]:
+        """(rows, steps, warps, row pairs) of the tiles of a call of ``num_rows`` rows (at least
+        ``_STRIDED_TILE_MIN_ROWS``) whose widest step takes ``element_bytes``; rows of no whole number of
+        groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
+        if whole_groups and element_bytes == 2 and num_rows >= _PAIRED_NARROW_MIN_ROWS:
+            return *(_PAIRED_NARROW_MANY_ROWS if num_rows >= _TIME_MAJOR_MANY_ROWS else _PAIRED_NARROW_TILE), True
         if num_rows >= _TIME_MAJOR_MANY_ROWS:
-            return self.many_rows
+            if whole_groups and element_bytes == 4 and self.paired_many_rows is not None:
+                return *self.paired_many_rows, True
+            return *self.many_rows, False
         rows = _NARROW_STRIDED_TILE_ROWS
         if (not whole_groups or num_rows >= self.full_tile_rows
                 or triton.cdiv(num_rows, rows) > 2 * multiprocessors):
-            return self.tile
+            return *self.tile, False
         warps = self.narrow_warps if triton.cdiv(num_rows, rows) <= multiprocessors else self.narrow_warps // 2
-        return rows, 32 // rows * self.vec * warps, warps
+        return rows, 32 // rows * self.vec * warps, warps, False
 
 
 # the 32-row walk tiles were measured faster with float32 steps (the widest input's bytes) only: bf16
@@ -235,7 +249,24 @@ _WIDE_WALK_ELEMENT_BYTES = 4
 # discounted returns 55.4 -> 65.0, eligibility traces and prefix sums 61 -> 60.
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096)
-VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8)
+# Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
+# instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
+# (bf16 values, uint8 flags), compiled for sm_90a. Measured on an H200, % of the copy ceiling, one run,
+# 3 input sets (benchmarks/results/h200-2026-12-03-run28-pairs-sweep-*.txt), default -> row pairs:
+# - 2-byte steps (bf16 values, uint8 flags), 16384x512, 32 x 64 x 4: GAE 53.4 -> 62.9, V-trace 43.7 ->
+#   64.0, eligibility traces 44.8 -> 53.6; 4096x4096, 32 x 128 x 8 (128 programs): GAE 44.3 -> 55.5,
+#   V-trace 56.0 -> 62.9, eligibility traces 42.7 -> 41.7. At 2048x4096 every tile of row pairs read less
+#   (64 programs of 32 rows; tiles of 16 rows in pairs go through shared memory).
+# - float32: V-trace 16384x512, 64 x 32 x 4: 84.7 -> 91.2 (GAE 90.7 -> 84.6, eligibility traces 81.3 ->
+#   66.8: they keep one row per thread); walks of eligibility traces and prefix sums, 32 x 128 x 8, two
+#   programs per multiprocessor: 64x2^18 59.6 / 59.8 -> 67.2 / 66.8, 256x65536 63.3 / 63.8 -> 70.2 / 70.4
+#   (GAE, V-trace and the returns read 5-50 points less in pairs). At 4096-8192 rows of float32 steps
+#   row pairs read less for all but GAE with truncations (81.1 -> 91.8 at 4096x4096 in 32 x 128 x 8).
+_PAIRED_NARROW_MIN_ROWS = 4096
+_PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
+_PAIRED_NARROW_TILE = (32, 128, 8)
+EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16))
+VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4))
 _STRIDED_TILE_MIN_ROWS = 2048
 # rows of no whole number of groups take the strided plans (read step by step) from this many rows
 _PARTIAL_GROUPS_STRIDED_MIN_ROWS = 4096
@@ -550,6 +581,7 @@ def _plan(
     if _override.walk_programs is not None:
         walk_programs = _override.walk_programs
     segment_chunks = 1
+    row_pairs = False
     if not time_major:
         strided_time_major = None
     if strided_time_major is not None:
@@ -561,8 +593,8 @@ def _plan(
     strided_tile = (time_major and strided_time_major is not None and time_major_tile is None
                     and num_rows >= (_STRIDED_TILE_MIN_ROWS if whole_groups else _PARTIAL_GROUPS_STRIDED_MIN_ROWS))
     if strided_tile:
-        tile_rows, tile_steps, tile_warps = strided_time_major.tile_of(num_rows, _multiprocessors(device),
-                                                                       whole_groups)
+        tile_rows, tile_steps, tile_warps, row_pairs = strided_time_major.tile_of(
+            num_rows, _multiprocessors(device), whole_groups, element_bytes)
         # the tile names its warps (max_warps is for batch-major single chunks)
         max_warps = max(max_warps, tile_warps)
         unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
@@ -593,6 +625,8 @@ def _plan(
     strided_walk_warps = 0
     if split and walk_split is not None and walk_programs:
         # walked segments, if the rows are long enough for segments of several chunks
+        walk_pairs = False
+        walk_elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
         walk_rows, walk_steps = _TIME_MAJOR_WALK_TILE if time_major else (block_rows, walk_block_time)
         walk_warps_per_multiprocessor = walk_programs * _TIME_MAJOR_WALK_PLAN_WARPS
         if time_major and time_major_walk is not None:
@@ -600,19 +634,23 @@ def _plan(
         if (time_major and whole_groups and num_rows >= strided_time_major.walk[0]
                 and element_bytes == _WIDE_WALK_ELEMENT_BYTES):
             walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.walk
+            if strided_time_major.paired_walk is not None:
+                # a thread holds a group of each of two rows: twice the elements per warp
+                walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.paired_walk
+                walk_pairs, walk_elements_per_warp = True, 2 * _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
             # the tile names its warps (8, more than other walks take)
-            strided_walk_warps = walk_rows * walk_steps // _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
+            strided_walk_warps = walk_rows * walk_steps // walk_elements_per_warp
         walk_rows = _override.block_rows or min(rows_pow2, walk_rows)
         walk_steps = _override.block_time or min(time_pow2, walk_steps)
         if time_major and _override.walk_programs is None:
-            tile_warps = max(1, walk_rows * walk_steps // _TIME_MAJOR_WALK_ELEMENTS_PER_WARP)
+            tile_warps = max(1, walk_rows * walk_steps // walk_elements_per_warp)
             walk_programs = max(1, walk_warps_per_multiprocessor // tile_warps)
         segments = max(1, walk_programs * _multiprocessors(device) // triton.cdiv(num_rows, walk_rows))
         segment_chunks = triton.cdiv(triton.cdiv(seq_len, walk_steps), segments)
         if segment_chunks < _WALK_MIN_SEGMENT_CHUNKS and _override.walk_programs is None:
             segment_chunks = 1
         else:
-            block_rows, block_time = walk_rows, walk_steps
+            block_rows, block_time, row_pairs = walk_rows, walk_steps, walk_pairs
     if split and time_major and segment_chunks == 1:
         block_time = min(time_pow2, _TIME_MAJOR_SPLIT_BLOCK_TIME)
         block_rows = min(rows_pow2, _TIME_MAJOR_SPLIT_BLOCK_ROWS)
@@ -639,7 +677,7 @@ def _plan(
     single_chunk = not time_major and not split and num_chunks == 1
     vector_loads = element_bytes is not None and element_bytes <= 2 and single_chunk
     if time_major and split and segment_chunks > 1:
-        elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
+        elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP * (2 if row_pairs else 1)
     elif time_major:
         elements_per_warp = (_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split
                              else tile_rows * tile_steps // tile_warps)
@@ -677,7 +715,9 @@ def _plan(
     strided_groups = strided_time_major is not None and vec > 1
     # a pair of rows for every thread: at least 32 rows (tiles of 16 rows in pairs went through shared
     # memory when compiled for sm_90a)
-    row_pairs = (strided_groups and bool(_override.row_pairs) and block_rows >= 2 * _NARROW_STRIDED_TILE_ROWS
+    if _override.row_pairs is not None:
+        row_pairs = _override.row_pairs
+    row_pairs = (row_pairs and strided_groups and block_rows >= 2 * _NARROW_STRIDED_TILE_ROWS
                  and block_rows * block_time >= 2 * 32 * num_warps * vec)
     if split and segment_chunks > 1:
         default_cap = _walk_register_budget(walk_programs, num_warps) if walk_register_cap else None
@@ -1543,7 +1583,7 @@ def episodic_scan(
                       split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK,
                       long_walk_split=_EPISODIC_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
-                      strided_time_major=STRIDED_TIME_MAJOR)
+                      strided_time_major=EPISODIC_STRIDED_TIME_MAJOR)
     if plan.split and not plan.strided_groups and not _override.vec:
         # A forward scan's loads ascend, so Triton reads its steps in vectors anyway; split in time it
         # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
