@@ -60,14 +60,14 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
     def time_major(rows, seq_len=64):
         return torch.zeros(seq_len, rows).t()
 
-    # strided groups of 8 steps: from 16384 rows 32 rows x 32 steps with 4 warps (V-trace 32 x 64 with
-    # 8 warps), fewer rows 32 x 64 with 8 warps where 16-row programs would not fit two to a
+    # strided groups of 8 steps: from 16384 rows 32 rows x 32 steps with 4 warps (V-trace 64 x 32 with
+    # 4 warps in row pairs), fewer rows 32 x 64 with 8 warps where 16-row programs would not fit two to a
     # multiprocessor (the next test); the plain recurrence reads step by step
     x, flags, out = time_major(16384), time_major(16384), time_major(16384)
     assert tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]) == (32, 32, 4, True)
     assert tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None) == (32, 32, 4, True)
     assert tile(_launch.vtrace, out, time_major(16384), x, x, x, x, flags, None, 0.99, 1.0, 1.0, None,
-                x[:, 0]) == (32, 64, 8, True)
+                x[:, 0]) == (64, 32, 4, 2)
     assert tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None) == (32, 32, 4, True)
     assert tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x) == (32, 32, 4, True)
     assert tile(_launch.episodic_scan, out, x, flags, None, 0.9, True) == (32, 32, 4, True)
@@ -470,3 +470,60 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
         assert rows.num_chunks > 1 and rows.prefetch
     assert not retrace_launch_meta(monkeypatch, 4, prefetch=False)["PREFETCH"]
     assert retrace_launch_meta(monkeypatch, 4)["PREFETCH"]
+
+
+def test_row_pairs_where_the_plan_takes_them(monkeypatch):
+    """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 4096 rows, V-trace of
+    float32 steps from 16384 rows and walks of float32 eligibility traces and prefix sums; one row per
+    thread elsewhere, and wherever a tensor of the launch has rows that do not pair up."""
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
+
+    def plan(launcher, *inputs):
+        seen = {}
+
+        def record(kernel, grid, *args, **meta):
+            seen.update(_launch._grouped_meta(args, meta), grid=grid)
+
+        monkeypatch.setattr(_launch, "_launch", record)
+        launcher(*inputs)
+        return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], seen.get("STRIDED_GROUPS"), seen["grid"]
+
+    def stored(rows, seq_len, dtype=torch.float32):
+        return torch.zeros(seq_len, rows, dtype=dtype).t()
+
+    def calls(rows, seq_len, values=torch.float32, flags=torch.float32):
+        x, done, out = stored(rows, seq_len, values), stored(rows, seq_len, flags), stored(rows, seq_len, values)
+        return {
+            "gae": plan(_launch.gae, out, x, x, done, None, 0.99, 0.95, None, x[:, 0]),
+            "vtrace": plan(_launch.vtrace, out, stored(rows, seq_len, values), x, x, x, x, done, None, 0.99, 1.0,
+                           1.0, None, x[:, 0]),
+            "lambda": plan(_launch.returns, out, x, x, done, done, 0.99, 0.95, x),
+            "episodic": plan(_launch.episodic_scan, out, x, done, None, 0.9, True),
+        }
+
+    try:
+        low = {"values": torch.bfloat16, "flags": torch.uint8}
+        for name, got in calls(4096, 4096, **low).items():
+            assert got == (32, 128, 8, 2, (128,)), name
+        for name, got in calls(16384, 512, **low).items():
+            assert got == (32, 64, 4, 2, (512,)), name
+        # 2048 rows: tiles of 16 rows, one row per thread
+        assert {got[0] for got in calls(2048, 4096, **low).values()} == {16}
+        assert {got[3] for got in calls(2048, 4096, **low).values()} == {True}
+        # bf16 values with float32 flags: 4-byte steps
+        assert calls(4096, 4096, values=torch.bfloat16)["gae"] == (16, 128, 8, True, (256,))
+        # 4104 rows do not pair up (not a multiple of 16): the planned tile, one row per thread
+        assert calls(4104, 4096, **low)["gae"][3] is True
+        # float32: V-trace from 16384 rows in pairs of 64 x 32 x 4, the others one row per thread
+        many = calls(16384, 512)
+        assert many["vtrace"] == (64, 32, 4, 2, (256,))
+        assert many["gae"] == (32, 32, 4, True, (512,))
+        # walks of 64 rows: eligibility traces in pairs, 32 x 128 x 8, two programs per multiprocessor
+        walks = calls(64, 1 << 18)
+        assert walks["episodic"][:4] == (32, 128, 8, 2)
+        # 2 row tiles x 132 segments of 2048 chunks: 16 chunks each, 128 segments
+        assert walks["episodic"][4] == (2 * 128,)
+        assert walks["gae"][:4] == (32, 64, 8, True)
+    finally:
+        _launch._default_plan.cache_clear()
