@@ -224,6 +224,44 @@ def test_time_major_default_plans(gen, estimator, rows):
         assert_rel(got, want, TOLERANCE[torch.float32])
 
 
+STRIDED_ESTIMATORS = [param for param in ESTIMATORS if param.id != "retrace"]
+
+
+@pytest.mark.parametrize("estimator", STRIDED_ESTIMATORS)
+@pytest.mark.parametrize("rows", [2048, 4096, 16384])
+@pytest.mark.parametrize("low", [False, True], ids=["f32", "bf16-u8"])
+def test_time_major_strided_default_plans(gen, estimator, rows, low):
+    # rows of whole groups of 8 steps in every default strided tile, over two chunks and more: 16-row
+    # tiles at 2048 rows; from 4096 rows, 2-byte steps (bf16 values, uint8 flags) in row pairs (32 x 128
+    # x 8, from 16384 32 x 64 x 4), float32 in 16-row tiles, and from 16384 V-trace in row pairs
+    dtype, flag_dtype = (torch.bfloat16, torch.uint8) if low else (torch.float32, torch.float32)
+    ro = Rollout(gen, (rows,), 264, dtype=dtype, flag_dtype=flag_dtype, device="cuda")
+    time_major = ro.map(lambda x: x.t().contiguous().t())  # [N, T] views of [T, N] buffers
+    assert _launch._is_time_major(time_major.rewards)
+    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
+        assert got.dtype == dtype
+        assert_rel(got, want, HALF_TOLERANCE if low else TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("estimator", STRIDED_ESTIMATORS)
+def test_time_major_walks_of_strided_groups(gen, estimator):
+    # 64 rows of 2^18 steps stored [T, N]: walked segments of 32-row tiles (eligibility traces and
+    # prefix sums in row pairs), against the float64 path and the oracle on a window at each end
+    seq_len = 1 << 18
+    ro = Rollout(gen, (64,), seq_len, device="cuda")
+    for step in (WINDOW - 1, seq_len - WINDOW - 1, seq_len - WINDOW):
+        end_episode(ro, step)
+    ro.bootstrap_values[:, -1] = ro.last_value
+    time_major = ro.map(lambda x: x.t().contiguous().t())
+    out32 = run(estimator, time_major)
+    out64 = run(estimator, ro.as_float64())
+    for got, exact in zip(out32, out64, strict=True):
+        assert_rel(got, exact, TOLERANCE[torch.float32])
+    for steps in (slice(0, WINDOW), slice(seq_len - WINDOW, seq_len)):
+        for got, want in zip(out32, oracle(estimator, window(ro, steps)), strict=True):
+            assert_rel(got[:, steps], want, TOLERANCE[torch.float32])
+
+
 @pytest.mark.parametrize("done_rate", [0.05, 0.3])
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_time_split_calls_repeated(gen, estimator, done_rate):
