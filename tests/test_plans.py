@@ -473,9 +473,10 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
 
 
 def test_row_pairs_where_the_plan_takes_them(monkeypatch):
-    """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 4096 rows, V-trace of
-    float32 steps from 16384 rows and walks of float32 eligibility traces and prefix sums; one row per
-    thread elsewhere, and wherever a tensor of the launch has rows that do not pair up."""
+    """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 8192 rows (GAE without
+    truncations and V-trace from 4096), V-trace of float32 steps from 16384 rows and walks of float32
+    eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
+    has rows that do not pair up."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
 
@@ -504,8 +505,14 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
 
     try:
         low = {"values": torch.bfloat16, "flags": torch.uint8}
-        for name, got in calls(4096, 4096, **low).items():
-            assert got == (32, 128, 8, 2, (128,)), name
+        for name, got in calls(8192, 2048, **low).items():
+            assert got == (32, 128, 8, 2, (256,)), name
+        at_4096 = calls(4096, 4096, **low)
+        assert at_4096["gae"] == at_4096["vtrace"] == (32, 128, 8, 2, (128,))
+        assert at_4096["lambda"] == (32, 64, 8, True, (128,))
+        assert at_4096["episodic"] == (16, 128, 8, True, (256,))
+        x, done = stored(4096, 4096, torch.bfloat16), stored(4096, 4096, torch.uint8)
+        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (16, 128, 8, True, (256,))
         for name, got in calls(16384, 512, **low).items():
             assert got == (32, 64, 4, 2, (512,)), name
         # 2048 rows: tiles of 16 rows, one row per thread

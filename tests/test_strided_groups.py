@@ -27,15 +27,14 @@ PLANS = {
     "walk": {"block_rows": 4, "block_time": 8, "split": True, "walk_programs": 2, "vec": 2},
     # the walk of at least 32 rows: segments of chunks of 32 rows x 64 steps, 8 warps
     "walk32": {"block_rows": 32, "block_time": 64, "num_warps": 8, "split": True, "walk_programs": 2, "vec": 8},
-    # row pairs (two neighbouring rows per thread): 32-row tiles walked chunk by chunk, and 32-row walks
+    # row pairs (two neighbouring rows per thread), 32-row tiles walked chunk by chunk: the interpreter runs
+    # their code (hints aside) as compiled walks of row pairs do (tests/test_cuda.py)
     "pairs": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "row_pairs": True},
-    "walk32pairs": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": True, "walk_programs": 2, "vec": 8,
-                    "row_pairs": True},
 }
 # rows x steps of each plan's rollout: 11 rows make partial row tiles of 4 and 16; the 32-row walk takes
 # 34 rows (a second row tile of 2) and enough steps for segments of several chunks; row pairs take 48 rows
 # (a multiple of 16, as they need, and a second row tile of 16)
-ROLLOUTS = {"walk32": (34, 264), "pairs": (48, 200), "walk32pairs": (48, 264)}
+ROLLOUTS = {"walk32": (34, 264), "pairs": (48, 200)}
 
 
 pytestmark = pytest.mark.usefixtures("four_multiprocessors")
@@ -110,7 +109,7 @@ def _launched_strided_groups(monkeypatch) -> list:
     return settled
 
 
-@pytest.mark.parametrize("name", ["gae", "vtrace", "prefix_sum"])
+@pytest.mark.parametrize("name", ["vtrace", "prefix_sum"])
 def test_row_pairs_only_where_every_pair_of_rows_is_contiguous(name, make_rollout, monkeypatch):
     """Row pairs are asked for on [T, N] buffers of N a multiple of 16; N = 40 (an even time stride, but a
     row count not a multiple of 16) and the first 48 envs of a [T, 49] buffer (an odd time stride) get one

@@ -178,7 +178,7 @@ class StridedTimeMajor:
     split of one chunk per program reads step by step.
 
     Some tiles hold two neighbouring rows per thread (row pairs, ``kernels/scan.py: strided_offsets``): those
-    of calls of 2-byte steps from ``_PAIRED_NARROW_MIN_ROWS`` rows (``_PAIRED_NARROW_MANY_ROWS``,
+    of calls of 2-byte steps from ``paired_narrow_min_rows`` rows (``_PAIRED_NARROW_MANY_ROWS``,
     ``_PAIRED_NARROW_TILE``), ``paired_many_rows`` for calls of 4-byte steps of at least
     ``_TIME_MAJOR_MANY_ROWS`` rows, and ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
     4-byte steps, where set. Rows of no whole number of groups never take them."""
@@ -191,13 +191,14 @@ class StridedTimeMajor:
     walk: tuple[int, int, int] = (32, 64, 16)
     paired_many_rows: tuple[int, int, int] | None = None
     paired_walk: tuple[int, int, int] | None = None
+    paired_narrow_min_rows: int = 8192
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, bool]:
         """(rows, steps, warps, row pairs) of the tiles of a call of ``num_rows`` rows (at least
         ``_STRIDED_TILE_MIN_ROWS``) whose widest step takes ``element_bytes``; rows of no whole number of
         groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
-        if whole_groups and element_bytes == 2 and num_rows >= _PAIRED_NARROW_MIN_ROWS:
+        if whole_groups and element_bytes == 2 and num_rows >= self.paired_narrow_min_rows:
             return *(_PAIRED_NARROW_MANY_ROWS if num_rows >= _TIME_MAJOR_MANY_ROWS else _PAIRED_NARROW_TILE), True
         if num_rows >= _TIME_MAJOR_MANY_ROWS:
             if whole_groups and element_bytes == 4 and self.paired_many_rows is not None:
@@ -251,22 +252,30 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096)
 # Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
 # instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
-# (bf16 values, uint8 flags), compiled for sm_90a. Measured on an H200, % of the copy ceiling, one run,
-# 3 input sets (benchmarks/results/h200-2026-12-03-run28-pairs-sweep-*.txt), default -> row pairs:
-# - 2-byte steps (bf16 values, uint8 flags), 16384x512, 32 x 64 x 4: GAE 53.4 -> 62.9, V-trace 43.7 ->
-#   64.0, eligibility traces 44.8 -> 53.6; 4096x4096, 32 x 128 x 8 (128 programs): GAE 44.3 -> 55.5,
-#   V-trace 56.0 -> 62.9, eligibility traces 42.7 -> 41.7. At 2048x4096 every tile of row pairs read less
-#   (64 programs of 32 rows; tiles of 16 rows in pairs go through shared memory).
-# - float32: V-trace 16384x512, 64 x 32 x 4: 84.7 -> 91.2 (GAE 90.7 -> 84.6, eligibility traces 81.3 ->
-#   66.8: they keep one row per thread); walks of eligibility traces and prefix sums, 32 x 128 x 8, two
-#   programs per multiprocessor: 64x2^18 59.6 / 59.8 -> 67.2 / 66.8, 256x65536 63.3 / 63.8 -> 70.2 / 70.4
-#   (GAE, V-trace and the returns read 5-50 points less in pairs). At 4096-8192 rows of float32 steps
-#   row pairs read less for all but GAE with truncations (81.1 -> 91.8 at 4096x4096 in 32 x 128 x 8).
-_PAIRED_NARROW_MIN_ROWS = 4096
+# (bf16 values, uint8 flags), compiled for sm_90a, but a tile of 32 rows in pairs makes half the programs
+# of the 16-row tiles of 2048-4224 rows (tiles of 16 rows in pairs go through shared memory). Measured on
+# an H200, % of the copy ceiling, 3 input sets (benchmarks/results/h200-2026-12-03-run28-pairs-ab.txt:
+# e22b99c, one row per thread, against row pairs wherever this round first took them, one run each;
+# sweeps of tiles in -run28-pairs-sweep-*.txt):
+# - 2-byte steps (bf16 values, uint8 flags), 32 x 128 x 8 below 16384 rows, 32 x 64 x 4 from 16384: at
+#   8192x2048 GAE 51.8 -> 64.5, with truncations 51.9 -> 64.2, V-trace 49.4 -> 60.7, lambda-returns
+#   53.4 -> 64.9, discounted returns 44.8 -> 46.6, eligibility traces and prefix sums 42 -> 50; at
+#   16384x512 53.4 -> 63.8, 54.8 -> 50.5, 44.1 -> 64.9, 54.6 -> 56.5, 44.5 -> 51.4, 43 -> 51-53. At
+#   4096x4096 (128 programs against 256 of 16 rows) only GAE without truncations (43.2 -> 55.9) and
+#   V-trace (55.1 -> 62.4) gained (with truncations 51.4 -> 43.5, discounted returns 42.5 -> 30.3, the
+#   others within a point), so they alone take pairs from 4096 rows, the others from 8192.
+# - float32: V-trace 16384x512 82.7 -> 90.3 and 32768x256 84.0 -> 87.3 in 64 x 32 x 4 (in the sweep GAE
+#   lost 90.7 -> 84.6 and eligibility traces 81.3 -> 66.8 with it); walks of eligibility traces and prefix
+#   sums in 32 x 128 x 8 tiles, two programs per multiprocessor, 59.5-65.5 -> 66.5-72.3 at 64x2^18,
+#   256x65536, 1024x16384 and 32x2^19 (in the sweep GAE, V-trace and the returns read 5-50 points less
+#   walked in pairs). Tiles of 4096-8192 rows of float32 steps read less in pairs but for GAE with
+#   truncations (81.1 -> 91.8 at 4096x4096 in 32 x 128 x 8, one sweep; not taken).
 _PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
 _PAIRED_NARROW_TILE = (32, 128, 8)
 EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16))
-VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4))
+GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096)
+VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
+                                             paired_narrow_min_rows=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
 # rows of no whole number of groups take the strided plans (read step by step) from this many rows
 _PARTIAL_GROUPS_STRIDED_MIN_ROWS = 4096
@@ -1090,7 +1099,7 @@ def gae(
                       long_walk_split=_GAE_NARROW_WALK if narrow else None,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
                       time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None,
-                      strided_time_major=STRIDED_TIME_MAJOR)
+                      strided_time_major=STRIDED_TIME_MAJOR if truncateds is not None else GAE_STRIDED_TIME_MAJOR)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
