@@ -213,10 +213,11 @@ def test_default_plans(gen, estimator, seq_len, dtype):
 @pytest.mark.parametrize("estimator", [*ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
 @pytest.mark.parametrize("rows", [2050, 8200, 16390])
 def test_time_major_default_plans(gen, estimator, rows):
-    # every default time-major tile, each over several chunks and a ragged last one: 16 x 128 (V-trace
-    # 16 x 64) from 2048 rows, 16 x 64 (V-trace 32 x 32) from 8192; from 16384 each kernel's own
-    # (_launch._time_major_tile: GAE with truncations 16 x 32 and 1 warp, V-trace 32 x 16 and 2, the
-    # other kernels 32 x 32 and 2); Retrace 128 x 16, split in time below 8192 rows
+    # rows of 300 steps (no whole number of 8-step groups), read step by step, in each default tile of
+    # such rows, each over several chunks and a ragged last one: 16 x 128 with 4 warps (V-trace 16 x
+    # 64) at 2050 rows; 32 x 64 with 8 warps from 4096 rows (the strided plans' tile); from 16384 the
+    # tiles of many rows (32 x 32 with 4 warps, V-trace 32 x 64 with 8); Retrace's scan 16 x 64, 32 x 32
+    # and 32 x 16. Rows of whole groups: test_time_major_strided_default_plans
     ro = Rollout(gen, (rows,), 300, device="cuda", num_actions=4)
     time_major = ro.map(lambda x: x.t().contiguous().t())  # [N, T] views of [T, N] buffers
     assert _launch._is_time_major(time_major.rewards)
