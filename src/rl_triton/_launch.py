@@ -632,21 +632,21 @@ def _plan(
         if triton.cdiv(triton.cdiv(seq_len, long_steps), segments) >= _WALK_MIN_SEGMENT_CHUNKS:
             walk_block_time, walk_programs = long_walk_split
     strided_walk_warps = 0
+    walk_elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
     if split and walk_split is not None and walk_programs:
         # walked segments, if the rows are long enough for segments of several chunks
         walk_pairs = False
-        walk_elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
         walk_rows, walk_steps = _TIME_MAJOR_WALK_TILE if time_major else (block_rows, walk_block_time)
         walk_warps_per_multiprocessor = walk_programs * _TIME_MAJOR_WALK_PLAN_WARPS
         if time_major and time_major_walk is not None:
             walk_steps, walk_warps_per_multiprocessor = time_major_walk
         if (time_major and whole_groups and num_rows >= strided_time_major.walk[0]
                 and element_bytes == _WIDE_WALK_ELEMENT_BYTES):
-            walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.walk
-            if strided_time_major.paired_walk is not None:
+            walk_pairs = strided_time_major.paired_walk is not None
+            walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.paired_walk or strided_time_major.walk
+            if walk_pairs:
                 # a thread holds a group of each of two rows: twice the elements per warp
-                walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.paired_walk
-                walk_pairs, walk_elements_per_warp = True, 2 * _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
+                walk_elements_per_warp *= 2
             # the tile names its warps (8, more than other walks take)
             strided_walk_warps = walk_rows * walk_steps // walk_elements_per_warp
         walk_rows = _override.block_rows or min(rows_pow2, walk_rows)
@@ -686,7 +686,7 @@ def _plan(
     single_chunk = not time_major and not split and num_chunks == 1
     vector_loads = element_bytes is not None and element_bytes <= 2 and single_chunk
     if time_major and split and segment_chunks > 1:
-        elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP * (2 if row_pairs else 1)
+        elements_per_warp = walk_elements_per_warp
     elif time_major:
         elements_per_warp = (_TIME_MAJOR_SPLIT_ELEMENTS_PER_WARP if split
                              else tile_rows * tile_steps // tile_warps)
@@ -934,8 +934,7 @@ def _rows_in_pairs(matrix: torch.Tensor) -> bool:
     count Triton does not know to be a multiple of 16 would leave the row mask of a pair unknown to be
     equal, so such calls take one row per thread too."""
     num_rows, seq_len = matrix.shape
-    return ((num_rows == 1 or matrix.stride(0) == 1) and (seq_len == 1 or matrix.stride(1) % 2 == 0)
-            and num_rows % 16 == 0)
+    return num_rows % 16 == 0 and matrix.stride(0) == 1 and (seq_len == 1 or matrix.stride(1) % 2 == 0)
 
 
 class _CompileBatch:
