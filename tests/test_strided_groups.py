@@ -29,12 +29,14 @@ PLANS = {
     "walk32": {"block_rows": 32, "block_time": 64, "num_warps": 8, "split": True, "walk_programs": 2, "vec": 8},
     # row pairs (two neighbouring rows per thread), 32-row tiles walked chunk by chunk: the interpreter runs
     # their code (hints aside) as compiled walks of row pairs do (tests/test_cuda.py)
-    "pairs": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "row_pairs": True},
+    "pairs": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "rows_per_thread": 2},
+    # four neighbouring rows per thread, 64-row tiles walked chunk by chunk
+    "fours": {"block_rows": 64, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "rows_per_thread": 4},
 }
 # rows x steps of each plan's rollout: 11 rows make partial row tiles of 4 and 16; the 32-row walk takes
 # 34 rows (a second row tile of 2) and enough steps for segments of several chunks; row pairs take 48 rows
-# (a multiple of 16, as they need, and a second row tile of 16)
-ROLLOUTS = {"walk32": (34, 264), "pairs": (48, 200)}
+# (a multiple of 16, as they need, and a second row tile of 16), four rows per thread 80 (a second tile of 16)
+ROLLOUTS = {"walk32": (34, 264), "pairs": (48, 200), "fours": (80, 136)}
 
 
 pytestmark = pytest.mark.usefixtures("four_multiprocessors")
@@ -48,10 +50,12 @@ def test_time_major_strided_groups(name, plan, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
+@pytest.mark.parametrize("plan", ["chunks", "pairs", "fours"])
 @pytest.mark.parametrize("name", ["gae", "gae_last_value", "vtrace", "lambda", "traces"])
-def test_bf16_values_with_uint8_flags(name, make_rollout):
-    ro = make_rollout(11, 96, dtype=torch.bfloat16, flag_dtype=torch.uint8)
-    out, expected = run(name, ro, tile=PLANS["chunks"], time_major=True)
+def test_bf16_values_with_uint8_flags(name, plan, make_rollout):
+    # 2-byte values and 1-byte flags: runs of rows load as vectors of 4 or 8 bytes where compiled
+    ro = make_rollout(*ROLLOUTS.get(plan, (11, 200))[:1], 96, dtype=torch.bfloat16, flag_dtype=torch.uint8)
+    out, expected = run(name, ro, tile=PLANS[plan], time_major=True)
     assert_outputs_rel(out, expected, HALF_TOLERANCE)
 
 
@@ -147,7 +151,9 @@ def test_row_pairs_only_where_every_pair_of_rows_is_contiguous(name, make_rollou
 
 
 def test_row_pairs_need_rows_one_element_apart_and_an_even_time_stride():
-    pairs = _launch._rows_in_pairs
+    def pairs(matrix):
+        return _launch._rows_in_runs(matrix, 2)
+
     buffer = torch.zeros(64, 32)  # [T, N]
     assert pairs(buffer.t())  # rows one element apart, time stride 32
     assert not pairs(buffer[:, ::2].t())  # rows two apart
@@ -156,3 +162,37 @@ def test_row_pairs_need_rows_one_element_apart_and_an_even_time_stride():
     assert pairs(torch.zeros(1, 32).t())  # one step: no time stride to check
     assert not pairs(torch.zeros(32, 64))  # batch-major: rows 64 apart
     assert pairs(torch.zeros(32).expand(8, 32).t())  # time stride 0: every step of a row in one place
+
+
+def test_runs_of_four_rows_need_a_time_stride_of_a_multiple_of_four():
+    buffer = torch.zeros(64, 48)  # [T, N]
+    assert _launch._rows_in_runs(buffer.t(), 4)
+    assert not _launch._rows_in_runs(torch.zeros(64, 50)[:, :48].t(), 4)  # time stride 50: pairs only
+    assert _launch._rows_in_runs(torch.zeros(64, 50)[:, :48].t(), 2)
+    assert not _launch._rows_in_runs(buffer[:, ::2].t(), 4)
+
+
+@pytest.mark.parametrize("name", ["gae", "traces"])
+def test_runs_of_four_rows_fall_back_to_pairs_then_one_row(name, make_rollout, monkeypatch):
+    """Four rows per thread where every tensor allows it; a time stride of 2 mod 4 takes row pairs, an
+    odd one a row per thread, with the same results."""
+    settled = _launched_strided_groups(monkeypatch)
+    compute, build = estimator_calls(0.99, 0.95)[name]
+    ro = make_rollout(64, 64)
+    expected = ORACLES[compute](**build(ro.oracle_inputs()))
+    for padding, want in ((0, 4), (2, 2), (1, True)):
+        settled.clear()
+
+        def first_envs_of_a_wider_buffer(x, padding=padding):
+            if not torch.is_tensor(x) or x.dim() != 2:
+                return x
+            wide = torch.zeros((x.shape[1], x.shape[0] + padding), dtype=x.dtype, device=x.device)
+            wide[:, :x.shape[0]] = x.t()
+            return wide[:, :x.shape[0]]
+
+        kwargs = {key: first_envs_of_a_wider_buffer(value) for key, value in build(ro).items()}
+        with _dispatch.use_backend("triton"), _launch.tile_override(**PLANS["fours"]):
+            out = compute(**kwargs, time_dim=0)
+        out = tuple(o.t() for o in out) if isinstance(out, tuple) else out.t()
+        assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+        assert settled and set(settled) == {want}, padding

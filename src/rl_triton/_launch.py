@@ -179,7 +179,8 @@ class StridedTimeMajor:
 
     Some tiles hold two neighbouring rows per thread (row pairs, ``kernels/scan.py: strided_offsets``): those
     of calls of 2-byte steps from ``paired_narrow_min_rows`` rows (``_PAIRED_NARROW_MANY_ROWS``,
-    ``_PAIRED_NARROW_TILE``), ``paired_many_rows`` for calls of 4-byte steps of at least
+    ``_PAIRED_NARROW_TILE``; from ``_TIME_MAJOR_MANY_ROWS`` rows ``narrow_many_rows`` where set, which may
+    hold four rows per thread), ``paired_many_rows`` for calls of 4-byte steps of at least
     ``_TIME_MAJOR_MANY_ROWS`` rows, and ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
     4-byte steps, where set. Rows of no whole number of groups never take them."""
 
@@ -192,24 +193,29 @@ class StridedTimeMajor:
     paired_many_rows: tuple[int, int, int] | None = None
     paired_walk: tuple[int, int, int] | None = None
     paired_narrow_min_rows: int = 8192
+    # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows;
+    # None: _PAIRED_NARROW_MANY_ROWS in row pairs
+    narrow_many_rows: tuple[int, int, int, int] | None = None
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
-                element_bytes: int | None = None) -> tuple[int, int, int, bool]:
-        """(rows, steps, warps, row pairs) of the tiles of a call of ``num_rows`` rows (at least
+                element_bytes: int | None = None) -> tuple[int, int, int, int]:
+        """(rows, steps, warps, rows per thread) of the tiles of a call of ``num_rows`` rows (at least
         ``_STRIDED_TILE_MIN_ROWS``) whose widest step takes ``element_bytes``; rows of no whole number of
         groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
         if whole_groups and element_bytes == 2 and num_rows >= self.paired_narrow_min_rows:
-            return *(_PAIRED_NARROW_MANY_ROWS if num_rows >= _TIME_MAJOR_MANY_ROWS else _PAIRED_NARROW_TILE), True
+            if num_rows >= _TIME_MAJOR_MANY_ROWS:
+                return self.narrow_many_rows or (*_PAIRED_NARROW_MANY_ROWS, 2)
+            return *_PAIRED_NARROW_TILE, 2
         if num_rows >= _TIME_MAJOR_MANY_ROWS:
             if whole_groups and element_bytes == 4 and self.paired_many_rows is not None:
-                return *self.paired_many_rows, True
-            return *self.many_rows, False
+                return *self.paired_many_rows, 2
+            return *self.many_rows, 1
         rows = _NARROW_STRIDED_TILE_ROWS
         if (not whole_groups or num_rows >= self.full_tile_rows
                 or triton.cdiv(num_rows, rows) > 2 * multiprocessors):
-            return *self.tile, False
+            return *self.tile, 1
         warps = self.narrow_warps if triton.cdiv(num_rows, rows) <= multiprocessors else self.narrow_warps // 2
-        return rows, 32 // rows * self.vec * warps, warps, False
+        return rows, 32 // rows * self.vec * warps, warps, 1
 
 
 # the 32-row walk tiles were measured faster with float32 steps (the widest input's bytes) only: bf16
@@ -389,9 +395,10 @@ class TilePlan:
     # time-major groups of ``vec`` steps, each step loaded across the tile's rows (kernels/scan.py:
     # strided_offsets)
     strided_groups: bool = False
-    # strided groups of two neighbouring rows per thread, each step of both loaded as one vector
-    # (kernels/scan.py: strided_offsets), where the launch's tensors allow it (_grouped_meta)
-    row_pairs: bool = False
+    # strided groups of this many neighbouring rows per thread (1, 2: row pairs, or 4), each step of
+    # them loaded as one vector (kernels/scan.py: strided_offsets), where the launch's tensors allow it
+    # (_grouped_meta)
+    rows_per_thread: int = 1
 
     @property
     def walk(self) -> bool:
@@ -427,7 +434,7 @@ class _Override:
     walk_programs: int | None = None
     retrace_kernels: str | None = None
     retrace_flat_values: int | None = None
-    row_pairs: bool | None = None
+    rows_per_thread: int | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -448,7 +455,7 @@ def tile_override(
     walk_programs: int | None = None,
     retrace_kernels: str | None = None,
     retrace_flat_values: int | None = None,
-    row_pairs: bool | None = None,
+    rows_per_thread: int | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -461,14 +468,15 @@ def tile_override(
     the call (the tile sizes then apply to the kernel that scans), except outputs narrower than half
     the compute dtype, which always take the one-pass kernel; ``retrace_flat_values``: the first of
     Retrace's two passes reads dense per-action tensors in flat blocks of this many values where it can
-    (0: in ``[steps, actions]`` tiles); ``row_pairs``: strided time-major tiles hold two neighbouring rows
-    per thread (``kernels/scan.py: strided_offsets``) where the tile has a pair of rows for every thread
-    and the launch's tensors allow it (``_grouped_meta``), or one row per thread (False).
+    (0: in ``[steps, actions]`` tiles); ``rows_per_thread``: strided time-major tiles hold runs of 1, 2
+    (row pairs) or 4 neighbouring rows per thread (``kernels/scan.py: strided_offsets``) where the tile has
+    a run for every thread and 16 runs across, and the launch's tensors allow it (``_grouped_meta``); one
+    row per thread otherwise.
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_kernels, retrace_flat_values, row_pairs)
+                          walk_programs, retrace_kernels, retrace_flat_values, rows_per_thread)
     try:
         yield
     finally:
@@ -590,7 +598,7 @@ def _plan(
     if _override.walk_programs is not None:
         walk_programs = _override.walk_programs
     segment_chunks = 1
-    row_pairs = False
+    rows_per_thread = 1
     if not time_major:
         strided_time_major = None
     if strided_time_major is not None:
@@ -602,7 +610,7 @@ def _plan(
     strided_tile = (time_major and strided_time_major is not None and time_major_tile is None
                     and num_rows >= (_STRIDED_TILE_MIN_ROWS if whole_groups else _PARTIAL_GROUPS_STRIDED_MIN_ROWS))
     if strided_tile:
-        tile_rows, tile_steps, tile_warps, row_pairs = strided_time_major.tile_of(
+        tile_rows, tile_steps, tile_warps, rows_per_thread = strided_time_major.tile_of(
             num_rows, _multiprocessors(device), whole_groups, element_bytes)
         # the tile names its warps (max_warps is for batch-major single chunks)
         max_warps = max(max_warps, tile_warps)
@@ -635,18 +643,17 @@ def _plan(
     walk_elements_per_warp = _TIME_MAJOR_WALK_ELEMENTS_PER_WARP
     if split and walk_split is not None and walk_programs:
         # walked segments, if the rows are long enough for segments of several chunks
-        walk_pairs = False
+        walk_rows_per_thread = 1
         walk_rows, walk_steps = _TIME_MAJOR_WALK_TILE if time_major else (block_rows, walk_block_time)
         walk_warps_per_multiprocessor = walk_programs * _TIME_MAJOR_WALK_PLAN_WARPS
         if time_major and time_major_walk is not None:
             walk_steps, walk_warps_per_multiprocessor = time_major_walk
         if (time_major and whole_groups and num_rows >= strided_time_major.walk[0]
                 and element_bytes == _WIDE_WALK_ELEMENT_BYTES):
-            walk_pairs = strided_time_major.paired_walk is not None
+            walk_rows_per_thread = 1 if strided_time_major.paired_walk is None else 2
             walk_rows, walk_steps, walk_warps_per_multiprocessor = strided_time_major.paired_walk or strided_time_major.walk
-            if walk_pairs:
-                # a thread holds a group of each of two rows: twice the elements per warp
-                walk_elements_per_warp *= 2
+            # a thread holds a group of each of its rows: that many times the elements per warp
+            walk_elements_per_warp *= walk_rows_per_thread
             # the tile names its warps (8, more than other walks take)
             strided_walk_warps = walk_rows * walk_steps // walk_elements_per_warp
         walk_rows = _override.block_rows or min(rows_pow2, walk_rows)
@@ -659,7 +666,7 @@ def _plan(
         if segment_chunks < _WALK_MIN_SEGMENT_CHUNKS and _override.walk_programs is None:
             segment_chunks = 1
         else:
-            block_rows, block_time, row_pairs = walk_rows, walk_steps, walk_pairs
+            block_rows, block_time, rows_per_thread = walk_rows, walk_steps, walk_rows_per_thread
     if split and time_major and segment_chunks == 1:
         block_time = min(time_pow2, _TIME_MAJOR_SPLIT_BLOCK_TIME)
         block_rows = min(rows_pow2, _TIME_MAJOR_SPLIT_BLOCK_ROWS)
@@ -722,19 +729,20 @@ def _plan(
         vec //= 2
     vec = _override.vec or vec
     strided_groups = strided_time_major is not None and vec > 1
-    # a pair of rows for every thread: at least 32 rows (tiles of 16 rows in pairs went through shared
-    # memory when compiled for sm_90a)
-    if _override.row_pairs is not None:
-        row_pairs = _override.row_pairs
-    row_pairs = (row_pairs and strided_groups and block_rows >= 2 * _NARROW_STRIDED_TILE_ROWS
-                 and block_rows * block_time >= 2 * 32 * num_warps * vec)
+    # a run of rows for every thread, and at least 16 runs across a tile (tiles of 16 rows in pairs went
+    # through shared memory when compiled for sm_90a)
+    if _override.rows_per_thread is not None:
+        rows_per_thread = _override.rows_per_thread
+    if not (strided_groups and block_rows >= rows_per_thread * _NARROW_STRIDED_TILE_ROWS
+            and block_rows * block_time >= rows_per_thread * 32 * num_warps * vec):
+        rows_per_thread = 1
     if split and segment_chunks > 1:
         default_cap = _walk_register_budget(walk_programs, num_warps) if walk_register_cap else None
     else:
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, True, segment_chunks, strided_groups, row_pairs)
+                    max_registers, True, segment_chunks, strided_groups, rows_per_thread)
 
 
 def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
@@ -915,9 +923,11 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
         matrices = [arg for arg in args if isinstance(arg, torch.Tensor) and arg.dim() == 2]
         if any(matrix.shape[1] % vec for matrix in matrices):
             return {**meta, "VEC": 1, "STRIDED_GROUPS": False}
-        if meta["STRIDED_GROUPS"] == 2 and not all(map(_rows_in_pairs, matrices)):
-            return {**meta, "STRIDED_GROUPS": True}
-        return meta
+        rows_per_thread = meta["STRIDED_GROUPS"]
+        while rows_per_thread is not True and not all(_rows_in_runs(matrix, rows_per_thread) for matrix in matrices):
+            # runs of half as many rows, down to one row per thread
+            rows_per_thread = True if rows_per_thread == 2 else rows_per_thread // 2
+        return meta if rows_per_thread == meta["STRIDED_GROUPS"] else {**meta, "STRIDED_GROUPS": rows_per_thread}
     for arg in args:
         if isinstance(arg, torch.Tensor) and arg.dim() == 2:
             num_rows, seq_len = arg.shape
@@ -927,14 +937,15 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     return meta
 
 
-def _rows_in_pairs(matrix: torch.Tensor) -> bool:
-    """Whether every pair of rows (0-1, 2-3, ...) of a ``[rows, time]`` tensor lies at one element's
-    distance, each pair starting at an even offset, as row pairs tell Triton
-    (``kernels/scan.py: strided_offsets``): rows one element apart and an even time stride. A row
-    count Triton does not know to be a multiple of 16 would leave the row mask of a pair unknown to be
-    equal, so such calls take one row per thread too."""
+def _rows_in_runs(matrix: torch.Tensor, rows_per_thread: int) -> bool:
+    """Whether every run of ``rows_per_thread`` rows (0-1, 2-3, ... for pairs) of a ``[rows, time]``
+    tensor lies at one element's distance, each run starting at a multiple of its length, as runs of
+    rows tell Triton (``kernels/scan.py: strided_offsets``): rows one element apart and a time stride
+    that is a multiple of ``rows_per_thread``. A row count Triton does not know to be a multiple of 16
+    would leave the row mask of a run unknown to be equal, so such calls take one row per thread."""
     num_rows, seq_len = matrix.shape
-    return num_rows % 16 == 0 and matrix.stride(0) == 1 and (seq_len == 1 or matrix.stride(1) % 2 == 0)
+    return (num_rows % 16 == 0 and matrix.stride(0) == 1
+            and (seq_len == 1 or matrix.stride(1) % rows_per_thread == 0))
 
 
 class _CompileBatch:
@@ -1070,7 +1081,7 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:
     if walk:
         meta["WALK"] = plan.walk
     if plan.strided_groups:
-        meta["STRIDED_GROUPS"] = 2 if plan.row_pairs else True
+        meta["STRIDED_GROUPS"] = True if plan.rows_per_thread == 1 else plan.rows_per_thread
     return meta
 
 

@@ -582,16 +582,20 @@ def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.const
     group is then scanned in registers as a batch-major one is. Told the truth (rows contiguous),
     Triton puts 4 rows in each thread and spreads the steps over lanes.
 
-    ROWS_PER_THREAD = 2 (row pairs) tells Triton that each pair of neighbouring rows is contiguous and
-    starts at an even offset, so a thread holds two rows and loads a step of both as one vector (8
-    bytes of float32, 4 of bf16). That holds only where the rows are one element apart and the time
-    stride is even, which the launcher checks (``_launch._grouped_meta``) before it asks for pairs.
+    ROWS_PER_THREAD = 2 (row pairs) or 4 tells Triton that each run of that many neighbouring rows is
+    contiguous and starts at a multiple of its length, so a thread holds those rows and loads a step of
+    all of them as one vector (pairs: 8 bytes of float32, 4 of bf16; four rows: 8 bytes of bf16). That
+    holds only where the rows are one element apart and the time stride is a multiple of
+    ROWS_PER_THREAD, which the launcher checks (``_launch._grouped_meta``) before it asks for them.
+    ``True`` is one row per thread.
     """
     lanes = tl.arange(0, VEC) + SHIFT
     starts = rows[:, None] * row_stride + group_starts[None, :] * time_stride
     offsets = starts[:, :, None] + (lanes.to(tl.int64) * time_stride)[None, None, :]
     if ROWS_PER_THREAD == 2:
         offsets = tl.multiple_of(tl.max_contiguous(offsets, [2, 1, 1]), [2, 1, 1])
+    elif ROWS_PER_THREAD == 4:
+        offsets = tl.multiple_of(tl.max_contiguous(offsets, [4, 1, 1]), [4, 1, 1])
     else:
         offsets = tl.max_contiguous(offsets, [1, 1, 1])
     return offsets, group_starts[:, None] + lanes[None, :]
