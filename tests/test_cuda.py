@@ -228,14 +228,16 @@ def test_time_major_default_plans(gen, estimator, rows):
 STRIDED_ESTIMATORS = [param for param in ESTIMATORS if param.id != "retrace"]
 
 
-@pytest.mark.parametrize("estimator", STRIDED_ESTIMATORS)
-@pytest.mark.parametrize("rows", [2048, 4096, 16384])
+@pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
+@pytest.mark.parametrize("rows", [2048, 4096, 16384, 32768])
 @pytest.mark.parametrize("low", [False, True], ids=["f32", "bf16-u8"])
 def test_time_major_strided_default_plans(gen, estimator, rows, low):
     # rows of whole groups of 8 steps in every kind of default strided tile, over two chunks and more:
     # 16-row tiles at 2048 rows, and at 4096 but for 2-byte steps (bf16 values, uint8 flags) of GAE and
-    # V-trace, in row pairs of 32 x 128 x 8; at 16384 rows 2-byte steps in row pairs of 32 x 64 x 4,
-    # float32 ones in 32-row tiles, V-trace's in row pairs of 64 x 32 x 4
+    # V-trace, in row pairs of 32 x 128 x 8, and float32 GAE without truncations in 32 x 256 x 16; from
+    # 16384 rows 2-byte steps in row pairs of 32 x 64 x 4 but GAE with truncations and lambda-returns in
+    # four rows per thread (64 x 64 x 4, at 32768 rows 64 x 32 x 2), float32 ones in 32-row tiles,
+    # V-trace's in row pairs of 64 x 32 x 4
     dtype, flag_dtype = (torch.bfloat16, torch.uint8) if low else (torch.float32, torch.float32)
     ro = Rollout(gen, (rows,), 264, dtype=dtype, flag_dtype=flag_dtype, device="cuda")
     time_major = ro.map(lambda x: x.t().contiguous().t())  # [N, T] views of [T, N] buffers

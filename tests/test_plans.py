@@ -81,7 +81,8 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
 def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeypatch):
     """Below 8192 rows (lambda-returns: 4096) tiles of 16 rows: twice the programs of 32-row tiles, with
     16 warps (V-trace 8) where one program per multiprocessor covers the rows and half as many where
-    more programs than multiprocessors share them; fewer than 2048 rows split time."""
+    more programs than multiprocessors share them (but GAE without truncations from 4096 rows, where
+    tiles of 32 x 256 make one program per multiprocessor); fewer than 2048 rows split time."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
 
@@ -109,10 +110,13 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         # 6144 rows: 384 programs of 16 rows would not fit two to a multiprocessor
         for rows in (6144, 8192, 16383):
             assert set(calls(rows).values()) == {wide}
-        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors
-        for rows in (4096, 3072):
-            assert calls(rows) == {"gae": narrow["gae"], "gae+trunc": narrow["gae"], "vtrace": narrow["vtrace"],
-                                   "discounted": narrow["gae"], "lambda": wide if rows == 4096 else narrow["gae"],
+        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; GAE without
+        # truncations at 4096 to 4224 rows: 32 x 256 tiles with 16 warps, one program per multiprocessor
+        for rows in (4224, 4096, 3072):
+            one_wave = rows >= 4096
+            assert calls(rows) == {"gae": (32, 256, 16) if one_wave else narrow["gae"], "gae+trunc": narrow["gae"],
+                                   "vtrace": narrow["vtrace"],
+                                   "discounted": narrow["gae"], "lambda": wide if one_wave else narrow["gae"],
                                    "episodic": narrow["gae"]}
         # 2048 rows: 128 programs, one per multiprocessor
         assert calls(2048) == {"gae": (16, 256, 16), "gae+trunc": (16, 256, 16), "vtrace": (16, 128, 8),
@@ -513,13 +517,28 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
         assert at_4096["episodic"] == (16, 128, 8, True, (256,))
         x, done = stored(4096, 4096, torch.bfloat16), stored(4096, 4096, torch.uint8)
         assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (16, 128, 8, True, (256,))
-        for name, got in calls(16384, 512, **low).items():
+        at_16384 = calls(16384, 512, **low)
+        assert at_16384.pop("lambda") == (64, 64, 4, 4, (256,))
+        for name, got in at_16384.items():
             assert got == (32, 64, 4, 2, (512,)), name
+        # GAE with truncations and lambda-returns: four rows per thread from 16384 rows, half the steps
+        # and warps from 32768
+        x, done = stored(16384, 512, torch.bfloat16), stored(16384, 512, torch.uint8)
+        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (64, 64, 4, 4, (256,))
+        assert calls(32768, 256, **low)["lambda"] == (64, 32, 2, 4, (512,))
+        x, done = stored(32768, 256, torch.bfloat16), stored(32768, 256, torch.uint8)
+        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (64, 32, 2, 4, (512,))
+        # a time stride of 2 mod 4 (the first 16384 envs of a [T, 16386] buffer): pairs in the same tiles
+        wide = torch.zeros(512, 16386, dtype=torch.uint8)[:, :16384].t()
+        x = torch.zeros(512, 16386, dtype=torch.bfloat16)[:, :16384].t()
+        assert plan(_launch.returns, x, x, x, wide, wide, 0.99, 0.95, x) == (64, 64, 4, 2, (256,))
         # 2048 rows: tiles of 16 rows, one row per thread
         assert {got[0] for got in calls(2048, 4096, **low).values()} == {16}
         assert {got[3] for got in calls(2048, 4096, **low).values()} == {True}
-        # bf16 values with float32 flags: 4-byte steps
-        assert calls(4096, 4096, values=torch.bfloat16)["gae"] == (16, 128, 8, True, (256,))
+        # bf16 values with float32 flags: 4-byte steps (GAE without truncations: one program of 32 x 256
+        # per multiprocessor)
+        assert calls(4096, 4096, values=torch.bfloat16)["gae"] == (32, 256, 16, True, (128,))
+        assert calls(4096, 4096, values=torch.bfloat16)["vtrace"] == (16, 64, 4, True, (256,))
         # 4104 rows do not pair up (not a multiple of 16): the planned tile, one row per thread
         assert calls(4104, 4096, **low)["gae"][3] is True
         # float32: V-trace from 16384 rows in pairs of 64 x 32 x 4, the others one row per thread

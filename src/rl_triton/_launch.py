@@ -193,9 +193,12 @@ class StridedTimeMajor:
     paired_many_rows: tuple[int, int, int] | None = None
     paired_walk: tuple[int, int, int] | None = None
     paired_narrow_min_rows: int = 8192
-    # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows;
-    # None: _PAIRED_NARROW_MANY_ROWS in row pairs
+    # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows,
+    # half the steps and warps from twice as many rows; None: _PAIRED_NARROW_MANY_ROWS in row pairs
     narrow_many_rows: tuple[int, int, int, int] | None = None
+    # (rows, steps, warps) of the tiles of 4-byte steps from _ONE_WAVE_MIN_ROWS rows where those tiles make
+    # one program per multiprocessor at most; None: the tiles below
+    one_wave_tile: tuple[int, int, int] | None = None
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, int]:
@@ -203,13 +206,22 @@ class StridedTimeMajor:
         ``_STRIDED_TILE_MIN_ROWS``) whose widest step takes ``element_bytes``; rows of no whole number of
         groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
         if whole_groups and element_bytes == 2 and num_rows >= self.paired_narrow_min_rows:
+            if num_rows >= _TIME_MAJOR_MANY_ROWS and self.narrow_many_rows is not None:
+                rows, steps, warps, rows_per_thread = self.narrow_many_rows
+                if num_rows >= 2 * _TIME_MAJOR_MANY_ROWS:
+                    # twice the programs: half the threads each, the same threads in all
+                    steps, warps = steps // 2, warps // 2
+                return rows, steps, warps, rows_per_thread
             if num_rows >= _TIME_MAJOR_MANY_ROWS:
-                return self.narrow_many_rows or (*_PAIRED_NARROW_MANY_ROWS, 2)
+                return *_PAIRED_NARROW_MANY_ROWS, 2
             return *_PAIRED_NARROW_TILE, 2
         if num_rows >= _TIME_MAJOR_MANY_ROWS:
             if whole_groups and element_bytes == 4 and self.paired_many_rows is not None:
                 return *self.paired_many_rows, 2
             return *self.many_rows, 1
+        if (whole_groups and element_bytes == 4 and self.one_wave_tile is not None and num_rows >= _ONE_WAVE_MIN_ROWS
+                and triton.cdiv(num_rows, self.one_wave_tile[0]) <= multiprocessors):
+            return *self.one_wave_tile, 1
         rows = _NARROW_STRIDED_TILE_ROWS
         if (not whole_groups or num_rows >= self.full_tile_rows
                 or triton.cdiv(num_rows, rows) > 2 * multiprocessors):
@@ -255,7 +267,6 @@ _WIDE_WALK_ELEMENT_BYTES = 4
 # 54.0 -> 66.3, with truncations 54.3 -> 73.5, V-trace 51.8 -> 69.4, lambda-returns 68.8 -> 77.2,
 # discounted returns 55.4 -> 65.0, eligibility traces and prefix sums 61 -> 60.
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
-LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096)
 # Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
 # instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
 # (bf16 values, uint8 flags), compiled for sm_90a, but a tile of 32 rows in pairs makes half the programs
@@ -279,7 +290,29 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 _PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
 _PAIRED_NARROW_TILE = (32, 128, 8)
 EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16))
-GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096)
+# Four neighbouring rows per thread (8-byte loads of bf16) in 64-row tiles make a quarter of the programs
+# of 16-row tiles, and read less than pairs wherever the programs are fewer than about two per
+# multiprocessor. Measured on an H200, bf16 values with uint8 flags, % of the copy ceiling, 3 input sets
+# (benchmarks/results/h200-2026-12-03-run29-fours-sweep.txt, one run each): row pairs (the plan before) ->
+# 64 x 64 x 4 at 16384x512 and 64 x 32 x 2 at 32768x256 (the same threads in all): GAE with truncations
+# 53.7 -> 64.0 and 56.0 -> 68.6, lambda-returns 56.2 -> 69.3 and 60.5 -> 75.2; discounted returns lost
+# (49.6 -> 44.5, 50.2 -> 51.3 at best), and at 16384x512 GAE without truncations (63.2 -> 53.7), V-trace
+# (63.9 -> 46.9), eligibility traces and prefix sums (52 -> 45) lost too; at 4096-8192 rows every
+# estimator lost 13-45 points (64 programs of 64 rows at 4096).
+_FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
+GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
+                                                       narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS)
+# lambda-returns keep 32-row tiles from 4096 rows (see above)
+LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
+                                                narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS)
+# GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
+# of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
+# multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
+# against 85.4%, discounted returns 75.7% against 84.9%: those keep the 16-row tiles). Measured at 4096
+# rows only, so they are taken only where they make one program per multiprocessor at most.
+_ONE_WAVE_MIN_ROWS = 4096
+GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
+                                             one_wave_tile=(32, 256, 16))
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
@@ -1109,7 +1142,8 @@ def gae(
                       long_walk_split=_GAE_NARROW_WALK if narrow else None,
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
                       time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None,
-                      strided_time_major=STRIDED_TIME_MAJOR if truncateds is not None else GAE_STRIDED_TIME_MAJOR)
+                      strided_time_major=(GAE_TRUNCATED_STRIDED_TIME_MAJOR if truncateds is not None
+                                          else GAE_STRIDED_TIME_MAJOR))
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
