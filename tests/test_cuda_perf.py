@@ -219,9 +219,8 @@ LAYOUT_NAMES = ("gae", "vtrace", "lambda_returns", "discounted_returns", "eligib
 # cells below the target: (name, layout, rows, T) -> the figures measured (benchmarks/tune.py --sets 3,
 # % of the copy ceiling, batch-major float32 from another run of the same day)
 LAYOUT_UNMET: dict[tuple[str, str, int, int], tuple[str, str]] = {
-    ("gae", "time-major", 4096, 4096): ("81.6% against 96.3% batch-major float32", "2026-12-03"),
     **{(name, "bf16-time-major", 16384, 512): (f"{low}% against {high}% batch-major float32", "2026-12-03")
-       for name, low, high in (("gae", 63.8, 85.2), ("vtrace", 64.9, 96.0), ("lambda_returns", 56.5, 95.5),
+       for name, low, high in (("gae", 63.8, 85.2), ("vtrace", 64.9, 96.0), ("lambda_returns", 69.3, 95.5),
                                ("discounted_returns", 51.4, 88.5), ("eligibility_traces", 52.5, 88.4),
                                ("prefix_sum", 50.6, 86.2))},
     **{(name, "bf16-time-major", 4096, 4096): (f"{low}% against {high}% batch-major float32", "2026-12-03")
