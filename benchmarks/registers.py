@@ -30,7 +30,10 @@ also disassembles each one (nvdisasm) and fails if a warp-collective instruction
 ``--sass`` counts the SASS instructions of each launch of the named calls (``walking_calls``' names) at
 ``--shapes``, by opcode: a kernel bound by the instructions it issues (bf16 GAE, benchmarks/NOTES.md,
 "Twenty-fifth round") reads faster when a step takes fewer. ``--plans`` counts them under tile plans
-written as ``benchmarks/tune.py`` takes them (``default``: the engine's own).
+written as ``benchmarks/tune.py`` takes them (``default``: the engine's own). For a program that walks
+several chunks it also counts the instructions of its chunk loop, per step a thread holds and per byte
+that step moves (the ``[rows, T]`` tensors' element sizes): bf16 stored ``[T, N]`` issues 4-7 a byte where
+float32 issues 2.3-3.7 (benchmarks/NOTES.md, "Twenty-ninth round").
 """
 
 from __future__ import annotations
@@ -336,11 +339,36 @@ def _disassemble(cubin: bytes) -> str:
                               check=True).stdout
 
 
+_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_BRANCH = re.compile(r"\bBRA\s+`?\(?(\.L_x_\d+)")
+
+
 def sass_opcodes(launch: Launch) -> collections.Counter:
     """How many SASS instructions of each opcode (without modifiers) the launch's kernel holds for sm_90a."""
     sass = _disassemble(_sm90_kernel(launch).asm["cubin"])
-    instruction = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
-    return collections.Counter(found.group(1) for line in sass.splitlines() if (found := instruction.match(line)))
+    return collections.Counter(found.group(1) for line in sass.splitlines() if (found := _INSTRUCTION.match(line)))
+
+
+def chunk_loop_instructions(launch: Launch) -> int:
+    """SASS instructions of the launch's longest loop (label to backward branch), which for a program that
+    walks several chunks is its chunk loop: one chunk's work per thread; 0 for a kernel without loops (a
+    chunk per program)."""
+    lines = _disassemble(_sm90_kernel(launch).asm["cubin"]).splitlines()
+    labels: dict[str, int] = {}
+    longest = 0
+    for index, line in enumerate(lines):
+        if found := _LABEL.match(line.strip()):
+            labels[found.group(1)] = index
+        if (branch := _BRANCH.search(line)) and branch.group(1) in labels:
+            body = lines[labels[branch.group(1)]:index + 1]
+            longest = max(longest, sum(1 for body_line in body if _INSTRUCTION.match(body_line)))
+    return longest
+
+
+def bytes_per_step(launch: Launch) -> int:
+    """Bytes that each step of a row moves through the launch's ``[rows, T]`` tensors (inputs and outputs)."""
+    return sum(arg.element_size() for arg in launch.args if isinstance(arg, torch.Tensor) and arg.dim() == 2)
 
 
 def main() -> None:
@@ -371,13 +399,22 @@ def main() -> None:
                     launches = record_launches(calls[name])
                 for launch in launches:
                     opcodes = sass_opcodes(launch)
+                    loop = chunk_loop_instructions(launch)
+                    meta = launch.meta
+                    steps_per_thread = meta["BLOCK_ROWS"] * meta["BLOCK_TIME"] / (meta["num_warps"] * 32)
                     rows.append({"layout": layout, "estimator": name, "shape": shape, "plan": plan,
-                                 "kernel": launch.kernel.__name__, "strided_groups": bool(launch.meta.get("STRIDED_GROUPS")),
-                                 "opcodes": dict(opcodes)})
+                                 "kernel": launch.kernel.__name__, "strided_groups": bool(meta.get("STRIDED_GROUPS")),
+                                 "opcodes": dict(opcodes), "chunk_loop": loop,
+                                 "chunk_loop_per_step": loop / steps_per_thread,
+                                 "bytes_per_step": bytes_per_step(launch)})
                     if not args.json:
                         common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
-                        print(f"{layout:10s} {name:20s} {shape:>11s} {plan:>12s} {launch.kernel.__name__:24s} "
-                              f"{sum(opcodes.values()):5d} instructions ({common})")
+                        tile = f"{meta['BLOCK_ROWS']}x{meta['BLOCK_TIME']}x{meta['num_warps']}"
+                        per_step = loop / steps_per_thread
+                        loop_text = (f"; chunk loop {loop} for {steps_per_thread:g} steps a thread, {per_step:.1f} a step, "
+                                     f"{per_step / bytes_per_step(launch):.2f} a byte" if loop else "")
+                        print(f"{layout:10s} {name:20s} {shape:>11s} {plan:>12s} {launch.kernel.__name__:24s} {tile:>11s} "
+                              f"{sum(opcodes.values()):5d} instructions ({common}){loop_text}")
         if args.json:
             print(json.dumps(rows))
         return
