@@ -353,7 +353,7 @@ def sass_opcodes(launch: Launch) -> collections.Counter:
 def chunk_loop_instructions(launch: Launch) -> int:
     """SASS instructions of the launch's longest loop (label to backward branch), which for a program that
     walks several chunks is its chunk loop: one chunk's work per thread; 0 for a kernel without loops (a
-    chunk per program)."""
+    chunk per program; the closing one-instruction loop after the exit does not count)."""
     lines = _disassemble(_sm90_kernel(launch).asm["cubin"]).splitlines()
     labels: dict[str, int] = {}
     longest = 0
@@ -363,12 +363,16 @@ def chunk_loop_instructions(launch: Launch) -> int:
         if (branch := _BRANCH.search(line)) and branch.group(1) in labels:
             body = lines[labels[branch.group(1)]:index + 1]
             longest = max(longest, sum(1 for body_line in body if _INSTRUCTION.match(body_line)))
-    return longest
+    return longest if longest > 1 else 0
 
 
-def bytes_per_step(launch: Launch) -> int:
-    """Bytes that each step of a row moves through the launch's ``[rows, T]`` tensors (inputs and outputs)."""
-    return sum(arg.element_size() for arg in launch.args if isinstance(arg, torch.Tensor) and arg.dim() == 2)
+def bytes_per_step(launch: Launch) -> int | None:
+    """Bytes that each step of a row moves through the launch's ``[rows, T]`` tensors (inputs and outputs);
+    None where the launch also reads per-action ``[rows, T, actions]`` tensors (Retrace)."""
+    tensors = [arg for arg in launch.args if isinstance(arg, torch.Tensor)]
+    if any(tensor.dim() > 2 for tensor in tensors):
+        return None
+    return sum(tensor.element_size() for tensor in tensors if tensor.dim() == 2)
 
 
 def main() -> None:
@@ -401,18 +405,22 @@ def main() -> None:
                     opcodes = sass_opcodes(launch)
                     loop = chunk_loop_instructions(launch)
                     meta = launch.meta
-                    steps_per_thread = meta["BLOCK_ROWS"] * meta["BLOCK_TIME"] / (meta["num_warps"] * 32)
+                    # kernels of [rows, time] tiles (not Retrace's first pass over [steps, actions] tiles)
+                    row_tiles = "BLOCK_ROWS" in meta and "BLOCK_TIME" in meta
+                    steps_per_thread = (meta["BLOCK_ROWS"] * meta["BLOCK_TIME"] / (meta["num_warps"] * 32)
+                                        if row_tiles else 0)
+                    per_step = loop / steps_per_thread if loop and row_tiles else None
                     rows.append({"layout": layout, "estimator": name, "shape": shape, "plan": plan,
                                  "kernel": launch.kernel.__name__, "strided_groups": bool(meta.get("STRIDED_GROUPS")),
-                                 "opcodes": dict(opcodes), "chunk_loop": loop,
-                                 "chunk_loop_per_step": loop / steps_per_thread,
+                                 "opcodes": dict(opcodes), "chunk_loop": loop, "chunk_loop_per_step": per_step,
                                  "bytes_per_step": bytes_per_step(launch)})
                     if not args.json:
                         common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
-                        tile = f"{meta['BLOCK_ROWS']}x{meta['BLOCK_TIME']}x{meta['num_warps']}"
-                        per_step = loop / steps_per_thread
-                        loop_text = (f"; chunk loop {loop} for {steps_per_thread:g} steps a thread, {per_step:.1f} a step, "
-                                     f"{per_step / bytes_per_step(launch):.2f} a byte" if loop else "")
+                        tile = f"{meta['BLOCK_ROWS']}x{meta['BLOCK_TIME']}x{meta['num_warps']}" if row_tiles else "-"
+                        step_bytes = bytes_per_step(launch)
+                        per_byte = f", {per_step / step_bytes:.2f} a byte" if per_step and step_bytes else ""
+                        loop_text = (f"; chunk loop {loop} for {steps_per_thread:g} steps a thread, {per_step:.1f} a step"
+                                     f"{per_byte}" if per_step else "")
                         print(f"{layout:10s} {name:20s} {shape:>11s} {plan:>12s} {launch.kernel.__name__:24s} {tile:>11s} "
                               f"{sum(opcodes.values()):5d} instructions ({common}){loop_text}")
         if args.json:
