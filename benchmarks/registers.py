@@ -344,17 +344,21 @@ _LABEL = re.compile(r"^(\.L_x_\d+):")
 _BRANCH = re.compile(r"\bBRA\s+`?\(?(\.L_x_\d+)")
 
 
-def sass_opcodes(launch: Launch) -> collections.Counter:
-    """How many SASS instructions of each opcode (without modifiers) the launch's kernel holds for sm_90a."""
-    sass = _disassemble(_sm90_kernel(launch).asm["cubin"])
+def launch_sass(launch: Launch) -> str:
+    """The SASS of the launch's kernel compiled for sm_90a."""
+    return _disassemble(_sm90_kernel(launch).asm["cubin"])
+
+
+def sass_opcodes(sass: str) -> collections.Counter:
+    """How many SASS instructions of each opcode (without modifiers) a kernel's SASS holds."""
     return collections.Counter(found.group(1) for line in sass.splitlines() if (found := _INSTRUCTION.match(line)))
 
 
-def chunk_loop_instructions(launch: Launch) -> int:
-    """SASS instructions of the launch's longest loop (label to backward branch), which for a program that
+def chunk_loop_instructions(sass: str) -> int:
+    """SASS instructions of a kernel's longest loop (label to backward branch), which for a program that
     walks several chunks is its chunk loop: one chunk's work per thread; 0 for a kernel without loops (a
     chunk per program; the closing one-instruction loop after the exit does not count)."""
-    lines = _disassemble(_sm90_kernel(launch).asm["cubin"]).splitlines()
+    lines = sass.splitlines()
     labels: dict[str, int] = {}
     longest = 0
     for index, line in enumerate(lines):
@@ -402,8 +406,10 @@ def main() -> None:
                 with _launch.tile_override(**override):
                     launches = record_launches(calls[name])
                 for launch in launches:
-                    opcodes = sass_opcodes(launch)
-                    loop = chunk_loop_instructions(launch)
+                    sass = launch_sass(launch)
+                    opcodes = sass_opcodes(sass)
+                    loop = chunk_loop_instructions(sass)
+                    step_bytes = bytes_per_step(launch)
                     meta = launch.meta
                     # kernels of [rows, time] tiles (not Retrace's first pass over [steps, actions] tiles)
                     row_tiles = "BLOCK_ROWS" in meta and "BLOCK_TIME" in meta
@@ -413,11 +419,10 @@ def main() -> None:
                     rows.append({"layout": layout, "estimator": name, "shape": shape, "plan": plan,
                                  "kernel": launch.kernel.__name__, "strided_groups": bool(meta.get("STRIDED_GROUPS")),
                                  "opcodes": dict(opcodes), "chunk_loop": loop, "chunk_loop_per_step": per_step,
-                                 "bytes_per_step": bytes_per_step(launch)})
+                                 "bytes_per_step": step_bytes})
                     if not args.json:
                         common = ", ".join(f"{op} {count}" for op, count in opcodes.most_common(8))
                         tile = f"{meta['BLOCK_ROWS']}x{meta['BLOCK_TIME']}x{meta['num_warps']}" if row_tiles else "-"
-                        step_bytes = bytes_per_step(launch)
                         per_byte = f", {per_step / step_bytes:.2f} a byte" if per_step and step_bytes else ""
                         loop_text = (f"; chunk loop {loop} for {steps_per_thread:g} steps a thread, {per_step:.1f} a step"
                                      f"{per_byte}" if per_step else "")
