@@ -224,7 +224,8 @@ def plan_override(plan: str) -> dict:
     the next one ahead (the other kernels always do), ``o1``/``o2``/``of`` Retrace in one pass / two passes / the fused kernel, ``mN`` a split walks segments with about N programs per multiprocessor (``m0``: one
     chunk per program), ``fN`` the first of Retrace's two passes reads flat blocks of N values (``f0``:
     ``[steps, actions]`` tiles), ``gN`` strided time-major tiles of N neighbouring rows per thread (1, 2: row pairs, or 4; ``q1``/``q0``
-    are ``g2``/``g1``)."""
+    are ``g2``/``g1``), ``d1``/``d0`` grouped programs that walk whole rows recur from each chunk's carry / build
+    every step's map (``TilePlan.direct``)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
@@ -246,6 +247,8 @@ def plan_override(plan: str) -> dict:
             kw["walk_programs"] = int(token[1:])
         elif token.startswith("f"):
             kw["retrace_flat_values"] = int(token[1:])
+        elif token in ("d0", "d1"):
+            kw["direct"] = token == "d1"
         elif token in ("q0", "q1"):
             kw["rows_per_thread"] = 2 if token == "q1" else 1
         elif token.startswith("g"):

@@ -432,6 +432,9 @@ class TilePlan:
     # them loaded as one vector (kernels/scan.py: strided_offsets), where the launch's tensors allow it
     # (_grouped_meta)
     rows_per_thread: int = 1
+    # grouped programs that walk whole rows recur through each chunk from its carry instead of building
+    # every step's map (kernels/scan.py: recur_in_thread), in the kernels that can
+    direct: bool = False
 
     @property
     def walk(self) -> bool:
@@ -468,6 +471,7 @@ class _Override:
     retrace_kernels: str | None = None
     retrace_flat_values: int | None = None
     rows_per_thread: int | None = None
+    direct: bool | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -489,6 +493,7 @@ def tile_override(
     retrace_kernels: str | None = None,
     retrace_flat_values: int | None = None,
     rows_per_thread: int | None = None,
+    direct: bool | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -504,12 +509,13 @@ def tile_override(
     (0: in ``[steps, actions]`` tiles); ``rows_per_thread``: strided time-major tiles hold runs of 1, 2
     (row pairs) or 4 neighbouring rows per thread (``kernels/scan.py: strided_offsets``) where the tile has
     a run for every thread and 16 runs across, and the launch's tensors allow it (``_grouped_meta``); one
-    row per thread otherwise.
+    row per thread otherwise; ``direct``: grouped programs that walk whole rows recur from each chunk's
+    carry (``TilePlan.direct``), or build every step's map.
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_kernels, retrace_flat_values, rows_per_thread)
+                          walk_programs, retrace_kernels, retrace_flat_values, rows_per_thread, direct)
     try:
         yield
     finally:
@@ -774,8 +780,9 @@ def _plan(
     else:
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
+    direct = False if _override.direct is None else _override.direct
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, True, segment_chunks, strided_groups, rows_per_thread)
+                    max_registers, True, segment_chunks, strided_groups, rows_per_thread, direct)
 
 
 def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
@@ -1098,8 +1105,9 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
         kernel[grid](*args, **_grouped_meta(args, meta))
 
 
-def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:
-    """Compile-time arguments of a plan; ``walk``: the kernel takes WALK (it can walk segments)."""
+def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, direct: bool = False) -> dict:
+    """Compile-time arguments of a plan; ``walk``: the kernel takes WALK (it can walk segments);
+    ``direct``: it takes DIRECT (``TilePlan.direct``)."""
     meta = {
         "SPLIT": plan.split,
         "BLOCK_ROWS": plan.block_rows,
@@ -1115,6 +1123,8 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False) -> dict:
         meta["WALK"] = plan.walk
     if plan.strided_groups:
         meta["STRIDED_GROUPS"] = True if plan.rows_per_thread == 1 else plan.rows_per_thread
+    if direct and plan.direct:
+        meta["DIRECT"] = True
     return meta
 
 
@@ -1155,7 +1165,7 @@ def gae(
         *boot_strides, *advantages.stride(),
         *map(_float_arg, (gamma, lambda_)),
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True),
+        **_meta(plan, dtype, walk=True, direct=True),
     )
 
 
@@ -1206,7 +1216,7 @@ def vtrace(
         *terminateds.stride(), *_strides(truncateds), *boot_strides, *targets.stride(),
         *map(_float_arg, (gamma, rho_bar, c_bar)),
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True),
+        **_meta(plan, dtype, walk=True, direct=True),
     )
 
 
@@ -1614,7 +1624,7 @@ def returns(
         *map(_float_arg, (gamma, lambda_)),
         HAS_NEXT_VALUES=next_values is not None, HAS_TRUNCATED=truncateds is not None,
         HAS_BOOTSTRAP=bootstrap_values is not None, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True),
+        **_meta(plan, dtype, walk=True, direct=True),
     )
 
 
@@ -1651,7 +1661,7 @@ def episodic_scan(
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
         HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True),
+        **_meta(plan, dtype, walk=True, direct=True),
     )
 
 

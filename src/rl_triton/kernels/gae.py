@@ -4,7 +4,10 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
+    carried,
     claim_segment,
+    in_processing_order,
+    in_processing_order_code,
     load_chunk,
     load_episode_flags,
     per_step,
@@ -107,9 +110,10 @@ def gae_load(args, CONSTS: tl.constexpr, chunk, steps):
 
 
 @triton.jit
-def gae_scan(args, CONSTS: tl.constexpr, inputs, mask):
+def gae_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """TD errors and decays of one chunk, scanned: (A, B) with advantage = A + B * carry in."""
     VEC: tl.constexpr = CONSTS[5]
+    BACKWARD_LANES: tl.constexpr = not in_processing_order(CONSTS[7])
     discount, trace_decay = args[3]
     HAS_TRUNCATED: tl.constexpr = CONSTS[0]
     reward, value, terminated, truncated, value_next = inputs
@@ -128,7 +132,7 @@ def gae_scan(args, CONSTS: tl.constexpr, inputs, mask):
         delta = reward + tl.where(terminated != 0, 0.0, discount) * value_next - value
         decay = tl.where(terminated != 0, 0.0, trace_decay)
     # steps past the end of the sequence are identity steps (0, 1) of the recurrence
-    return scan_chunk(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0), True, VEC)
+    return scan_chunk(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0), BACKWARD_LANES, VEC, carry)
 
 
 @triton.jit
@@ -141,7 +145,7 @@ def gae_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     pointers, strides, _, _, rows, row_ok, seq_len = args
     scan_a, scan_b = scanned
     store_chunk(pointers[5], rows, row_ok, strides[10], chunk, strides[11], seq_len,
-                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
+                carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
 @triton.jit
@@ -154,7 +158,7 @@ def gae_kernel(
     gamma: tl.float64, lambda_: tl.float64,
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
-    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False,
+    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -172,8 +176,12 @@ def gae_kernel(
     # 89.5 / 92.6, with truncations 85.1 / 85.7 -> 94.7 / 97.6, bf16 values with uint8 flags 16384x512
     # 56.3 / 57.2 -> 62.7 / 63.1; V-trace walks at 8x2^21 84.7 / 85.0 -> 79.2 / 77.6.
     shift_in_registers: tl.constexpr = not WALK
+    # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
+    # processing order
+    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
+    strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(gae_load, gae_load, gae_scan, gae_store, args,
-                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, STRIDED_GROUPS),
+                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided),
                  tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
                  seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
-                 BLOCK_TIME, WINDOW, VEC)
+                 BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided))

@@ -9,9 +9,9 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
+    carried,
     claim_segment,
     load_chunk,
-    per_step,
     scan_chunk,
     scan_program,
     store_chunk,
@@ -41,11 +41,12 @@ def episodic_load(args, CONSTS: tl.constexpr, chunk, steps):
 
 
 @triton.jit
-def episodic_scan(args, CONSTS: tl.constexpr, inputs, mask):
+def episodic_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """One chunk scanned: (A, B) with x = A + B * carry in."""
     VEC: tl.constexpr = CONSTS[4]
     values, reset = inputs
-    return scan_chunk(tl.where(mask, values, 0.0), tl.where(mask, args[2] * (1.0 - reset), 1.0), False, VEC)
+    return scan_chunk(tl.where(mask, values, 0.0), tl.where(mask, args[2] * (1.0 - reset), 1.0), False, VEC,
+                      carry)
 
 
 @triton.jit
@@ -58,7 +59,7 @@ def episodic_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     pointers, strides, _, rows, row_ok, seq_len = args
     scan_a, scan_b = scanned
     store_chunk(pointers[2], rows, row_ok, strides[4], chunk, strides[5], seq_len,
-                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False, STRIDED)
+                carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False, STRIDED)
 
 
 @triton.jit
@@ -70,7 +71,7 @@ def episodic_scan_kernel(
     decay: tl.float64,
     HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
-    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False,
+    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -82,7 +83,9 @@ def episodic_scan_kernel(
         (inputs_ptr, dones_ptr, out_ptr), (s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_out_row, s_out_time),
         tl.cast(decay, DTYPE), rows, row_ok, seq_len,
     )
+    # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program)
+    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
     scan_program(episodic_load, episodic_load, episodic_scan, episodic_store, args,
                  (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS), carry, row_tile, order, first, my_chunks,
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
-                 PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+                 PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct)

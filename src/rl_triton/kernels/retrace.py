@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
+    carried,
     chunk_carry,
     chunk_steps,
     claim_segment,
@@ -585,7 +586,7 @@ def per_step_inputs(args, CONSTS: tl.constexpr, chunk):
 
 
 @triton.jit
-def retrace_scan_chunk(args, CONSTS: tl.constexpr, inputs, mask):
+def retrace_scan_chunk(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """TD errors and decays of one chunk, scanned: (A, B, A_next, B_next) with D = A + B * carry in and
     D one step later A_next + B_next * carry in."""
     VEC: tl.constexpr = CONSTS[3]
@@ -594,7 +595,7 @@ def retrace_scan_chunk(args, CONSTS: tl.constexpr, inputs, mask):
     delta = reward + discount * expected_next_q * (1.0 - terminated) - q_value
     not_done = 1.0 - tl.maximum(terminated, truncated)
     decay = discount * trace_scale * tl.minimum(ratio_next, c_clip, propagate_nan=tl.PropagateNan.ALL) * not_done
-    return scan_chunk_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0), True, VEC)
+    return scan_chunk_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0), True, VEC, carry)
 
 
 @triton.jit
@@ -607,8 +608,8 @@ def retrace_scan_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk
     discount, _, _, rho_clip = scalars
     reward, q_value, q_next, terminated, _, _, ratio, _ = inputs
     scan_a, scan_b, next_a, next_b = scanned
-    correction = scan_a + scan_b * per_step(carry, VEC)
-    target_next = q_next + next_a + next_b * per_step(carry, VEC)  # Q_ret[t+1]; Q_ret[T] := 0
+    correction = carried(scan_a, scan_b, carry, VEC)
+    target_next = q_next + carried(next_a, next_b, carry, VEC)  # Q_ret[t+1]; Q_ret[T] := 0
     rho = tl.minimum(ratio, rho_clip, propagate_nan=tl.PropagateNan.ALL)
     advantage = rho * (reward + discount * target_next * (1.0 - terminated) - q_value)
     store_chunk(pointers[4], rows, row_ok, strides[8], chunk, strides[9], seq_len, correction + q_value,
@@ -671,7 +672,7 @@ def retrace_ahead_load(args, CONSTS: tl.constexpr, chunk, steps):
 
 
 @triton.jit
-def retrace_ahead_scan(args, CONSTS: tl.constexpr, inputs, mask):
+def retrace_ahead_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """The chunk's E and ratios from its loaded per-action tiles, stored into the outputs; a barrier; then
     ``retrace_scan_chunk`` over them, read back in the scan's layout. Returns its maps and the ratios."""
     DTYPE: tl.constexpr = CONSTS[0]
@@ -691,7 +692,8 @@ def retrace_ahead_scan(args, CONSTS: tl.constexpr, inputs, mask):
     tl.debug_barrier()
     expected_next_q, ratio, ratio_next = load_stored_values(args, CONSTS, chunk, steps)
     scan_a, scan_b, next_a, next_b = retrace_scan_chunk(
-        args, CONSTS, (reward, q_value, q_next, terminated, truncated, expected_next_q, ratio, ratio_next), mask)
+        args, CONSTS, (reward, q_value, q_next, terminated, truncated, expected_next_q, ratio, ratio_next), mask,
+        carry)
     return scan_a, scan_b, next_a, next_b, ratio
 
 

@@ -8,10 +8,12 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
+    carried,
     claim_segment,
+    in_processing_order,
+    in_processing_order_code,
     load_chunk,
     load_episode_flags,
-    per_step,
     scan_chunk,
     scan_program,
     store_chunk,
@@ -51,12 +53,13 @@ def returns_load(args, CONSTS: tl.constexpr, chunk, steps):
 
 
 @triton.jit
-def returns_scan(args, CONSTS: tl.constexpr, inputs, mask):
+def returns_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """Per-step terms and decays of one chunk, scanned: (A, B) with G = A + B * carry in."""
     HAS_NEXT_VALUES: tl.constexpr = CONSTS[0]
     HAS_TRUNCATED: tl.constexpr = CONSTS[1]
     HAS_BOOTSTRAP: tl.constexpr = CONSTS[2]
     VEC: tl.constexpr = CONSTS[6]
+    BACKWARD_LANES: tl.constexpr = not in_processing_order(CONSTS[7])
     discount, value_weight, trace_decay = args[2]
     terms, terminated, truncated, next_value, bootstrap = inputs
     not_done = 1.0 - tl.maximum(terminated, truncated)
@@ -64,7 +67,8 @@ def returns_scan(args, CONSTS: tl.constexpr, inputs, mask):
         terms += value_weight * not_done * next_value
     if HAS_TRUNCATED and HAS_BOOTSTRAP:
         terms += discount * truncated * bootstrap
-    return scan_chunk(tl.where(mask, terms, 0.0), tl.where(mask, trace_decay * not_done, 1.0), True, VEC)
+    return scan_chunk(tl.where(mask, terms, 0.0), tl.where(mask, trace_decay * not_done, 1.0), BACKWARD_LANES, VEC,
+                      carry)
 
 
 @triton.jit
@@ -77,7 +81,7 @@ def returns_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     pointers, strides, _, rows, row_ok, seq_len = args
     scan_a, scan_b = scanned
     store_chunk(pointers[5], rows, row_ok, strides[10], chunk, strides[11], seq_len,
-                scan_a + scan_b * per_step(carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
+                carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
 @triton.jit
@@ -91,7 +95,7 @@ def returns_kernel(
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr,
     SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr,
     BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
-    STRIDED_GROUPS: tl.constexpr = False,
+    STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -107,8 +111,13 @@ def returns_kernel(
         (tl.cast(gamma, DTYPE), tl.cast(gamma * (1.0 - lambda_), DTYPE), tl.cast(gamma * lambda_, DTYPE)),
         rows, row_ok, seq_len,
     )
+    # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
+    # processing order
+    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
+    strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(returns_load, returns_load, returns_scan, returns_store, args,
-                 (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS),
+                 (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, strided),
                  carry,
                  row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
-                 aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+                 aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct,
+                 in_processing_order(strided))

@@ -71,13 +71,15 @@ def combine_with_previous(a_first, b_first, pa_first, pb_first, a_second, b_seco
 
 
 @triton.jit
-def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl.constexpr = 1):
+def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl.constexpr = 1,
+                IN_ORDER: tl.constexpr = False):
     """int64 time indices of a chunk in processing order: descending for backward recurrences.
 
     Backward recurrences are scanned forward over time-reversed tiles: Triton's reverse scan across
     threads is markedly slower on GPUs than a forward scan over the same data. With VEC > 1 the
     indices are [groups, VEC]: groups in processing order, each of VEC contiguous steps in memory
-    order (a thread's vector), scanned inside the thread in either direction.
+    order (a thread's vector), scanned inside the thread in either direction; IN_ORDER: each group's
+    steps in processing order too (strided tiles of a direct backward scan: ``strided_offsets``).
     """
     if VEC == 1:
         lanes = tl.arange(0, BLOCK_TIME)
@@ -89,6 +91,8 @@ def chunk_steps(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: tl
         lanes = tl.arange(0, VEC)[None, :]
         if BACKWARD:
             groups = BLOCK_TIME // VEC - 1 - groups
+            if IN_ORDER:
+                lanes = VEC - 1 - lanes
         return tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC + lanes
 
 
@@ -135,7 +139,7 @@ def step_mask(row_ok, steps, seq_len, VEC: tl.constexpr):
 
 @triton.jit
 def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr,
-                 end=None, VEC: tl.constexpr = 1):
+                 end=None, VEC: tl.constexpr = 1, IN_ORDER: tl.constexpr = False):
     """Chunk index, time indices (processing order) and in-range mask of the chunk at ``position``.
 
     Positions past the last chunk, or at or past ``end`` (the end of a program's segment), give an
@@ -147,7 +151,11 @@ def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr
         chunk = num_chunks - 1 - position
     else:
         chunk = position
-    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
+    steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC, IN_ORDER)
+    if IN_ORDER:
+        # the same mask from steps in memory order, which Triton proves the same across a group (rows
+        # of whole groups: a group is in range or not), not step by step
+        return chunk, steps, step_mask(row_ok, chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC), seq_len, VEC)
     return chunk, steps, step_mask(row_ok, steps, seq_len, VEC)
 
 
@@ -219,11 +227,17 @@ def group_carries(total_a, total_b):
 
 
 @triton.jit
-def scan_chunk(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+def scan_chunk(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr, carry=None):
     """``scan`` of a chunk tile. Grouped tiles (VEC > 1) scan each thread's group in registers, then
     the groups' maps across threads: one cross-thread scan over BLOCK_TIME / VEC groups instead of
-    one over every step."""
-    if VEC == 1:
+    one over every step.
+
+    Given the ``carry`` into the chunk (a direct scan: ``scan_program``'s DIRECT), returns (x, 0): x
+    itself instead of its map, by ``recur_in_thread``."""
+    if carry is not None:
+        x, _ = recur_in_thread(a, b, carry, BACKWARD, VEC)
+        return x, tl.zeros_like(x)
+    elif VEC == 1:
         return scan(a, b)
     else:
         a, b, _, _, total_a, total_b = scan_group(a, b, BACKWARD, VEC)
@@ -232,14 +246,77 @@ def scan_chunk(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr):
 
 
 @triton.jit
-def scan_chunk_with_previous(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr):
-    """``scan_with_previous`` of a chunk tile (grouped tiles as in ``scan_chunk``)."""
-    if VEC == 1:
+def scan_chunk_with_previous(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr, carry=None):
+    """``scan_with_previous`` of a chunk tile (grouped tiles and a direct scan as in ``scan_chunk``:
+    (x, 0, x one step earlier in processing order, 0))."""
+    if carry is not None:
+        x, group_carry = recur_in_thread(a, b, carry, BACKWARD, VEC)
+        return x, tl.zeros_like(x), previous_in_thread(x, group_carry, BACKWARD, VEC), tl.zeros_like(x)
+    elif VEC == 1:
         return scan_with_previous(a, b)
     else:
         a, b, pa, pb, total_a, total_b = scan_group(a, b, BACKWARD, VEC)
         into_a, into_b = group_carries(total_a, total_b)
         return a + b * into_a, b * into_b, pa + pb * into_a, pb * into_b
+
+
+@triton.jit
+def recur_in_thread(a, b, carry, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+    """x = a + b * (x one step earlier in processing order) over a grouped chunk tile ([rows, groups,
+    VEC], groups in processing order), from the carry into the chunk. Returns x and the carry into
+    each group ([rows, groups, 1]).
+
+    Each thread folds its group into one map (two operations a step), the groups' maps are scanned
+    across threads (``group_carries``) and applied to the carry, then each group recurs from its own
+    carry in registers: the carry enters its first step processed and Triton's scan along the thread's
+    own registers is a chain of combines whose products ``b`` are never read, so the compiler drops
+    them and a step costs one multiply-add. A tile of one group a row needs no fold. ``scan_chunk``
+    builds every step's map instead (in-thread pairs, then the groups' maps applied to each step) and
+    the carry is applied to those after: about three times the operations a step.
+    """
+    if BACKWARD:
+        # groups hold their steps in memory order; renamed into processing order and back (Triton's
+        # reverse scan exchanges registers across lanes even when the axis lies in one thread)
+        x, group_carry = recur_in_thread(flip_group(a, VEC), flip_group(b, VEC), carry, False, VEC)
+        return flip_group(x, VEC), group_carry
+    else:
+        group_carry = per_step(carry, VEC)
+        if a.shape[1] > 1:
+            total_a, total_b = tl.reduce((a, b), 2, combine)
+            into_a, into_b = group_carries(total_a, total_b)
+            group_carry = into_a + into_b * group_carry
+        first = tl.arange(0, VEC)[None, None, :] == 0
+        x, _ = tl.associative_scan((tl.where(first, a + b * group_carry, a), b), 2, combine)
+        return x, group_carry
+
+
+@triton.jit
+def flip_group(x, N: tl.constexpr):
+    """Each group of a [rows, groups, N] tile in reverse order, by ``tl.split`` and ``tl.join`` (renamed
+    registers): the reversed odd steps interleaved with the reversed even ones."""
+    even, odd = tl.split(tl.reshape(x, [x.shape[0], x.shape[1], N // 2, 2]))
+    if N > 2:
+        even = flip_group(even, N // 2)
+        odd = flip_group(odd, N // 2)
+    return tl.reshape(tl.join(odd, even), [x.shape[0], x.shape[1], N])
+
+
+@triton.jit
+def previous_in_thread(x, group_carry, BACKWARD: tl.constexpr, VEC: tl.constexpr):
+    """x one step earlier in processing order, each group's carry at its first step (``shift_group``)."""
+    if BACKWARD:
+        return shift_group(x, group_carry, 1, VEC)
+    else:
+        return shift_group(x, group_carry, -1, VEC)
+
+
+@triton.jit
+def carried(scan_a, scan_b, carry, VEC: tl.constexpr):
+    """x of a chunk from its scan and the carry into it; a direct scan's (carry None) is x already."""
+    if carry is None:
+        return scan_a
+    else:
+        return scan_a + scan_b * per_step(carry, VEC)
 
 
 @triton.jit
@@ -302,12 +379,18 @@ def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT:
 def scan_chunk_and_store(scan_fn, store_fn, args, CONSTS: tl.constexpr, inputs, mask, chunk, carry,
                          status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
                          LOOKBACK: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-                         BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
+                         BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr,
+                         DIRECT: tl.constexpr = False, IN_ORDER: tl.constexpr = False):
     """One chunk of a kernel: its scan, the carry into it (LOOKBACK: by look-back), its outputs.
 
-    Returns the chunk's map (a, b), carry out = a + b * carry in, and the carry in.
+    Returns the chunk's map (a, b), carry out = a + b * carry in, and the carry in; a DIRECT scan
+    (x from the carry) stores with no carry (``carried``) and returns (carry out, 0, carry in).
     """
-    scanned = scan_fn(args, CONSTS, inputs, mask)
+    if DIRECT:
+        scanned = scan_fn(args, CONSTS, inputs, mask, carry)
+        store_fn(args, CONSTS, inputs, scanned, None, chunk)
+        return last_step(scanned[0], BLOCK_TIME, BACKWARD and not IN_ORDER, VEC), tl.zeros_like(carry), carry
+    scanned = scan_fn(args, CONSTS, inputs, mask, None)
     chunk_a = last_step(scanned[0], BLOCK_TIME, BACKWARD, VEC)
     chunk_b = last_step(scanned[1], BLOCK_TIME, BACKWARD, VEC)
     if LOOKBACK:
@@ -322,41 +405,50 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
                  my_chunks,
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr,
                  SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BACKWARD: tl.constexpr,
-                 BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
+                 BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr,
+                 DIRECT: tl.constexpr = False, IN_ORDER: tl.constexpr = False):
     """Every chunk of a program (claimed by ``claim_segment``), from ``carry`` into its first chunk.
 
     A kernel gives three functions of its ``args`` tuple and ``CONSTS`` (a tuple of compile-time
     values): ``load_fn(args, CONSTS, chunk, steps)`` reads a chunk's inputs (a tuple);
-    ``scan_fn(args, CONSTS, inputs, mask)`` scans them into a tuple that starts with the chunk's maps
-    (A, B), x = A + B * (carry into the chunk); ``store_fn(args, CONSTS, inputs, scanned, carry,
-    chunk)`` writes the chunk's outputs from its true carry. Programs of several chunks (PREFETCH)
+    ``scan_fn(args, CONSTS, inputs, mask, carry)`` scans them into a tuple that starts with the chunk's
+    maps (A, B), x = A + B * (carry into the chunk), or with x where it is given the carry (not None);
+    ``store_fn(args, CONSTS, inputs, scanned, carry, chunk)`` writes the chunk's outputs from its true
+    carry, or from x where the carry is None (``carried``). DIRECT programs, which walk whole rows from their boundary carry and hold
+    grouped tiles (VEC > 1), give ``scan_fn`` the carry, so that no step's map is built
+    (``recur_in_thread``); IN_ORDER: their groups hold steps in processing order (``chunk_steps``). Programs of several chunks (PREFETCH)
     load each next chunk before scanning the current one; other programs hold one chunk (a split's, or
     a row of one chunk). A walked segment (WALK) is walked from a zero carry, then looked back over
     and its first chunks redone (``walk_lookback``), whose inputs ``redo_load_fn`` reads (the same
     arguments as ``load_fn``; a kernel whose outputs overwrite intermediate inputs recomputes them).
     """
     end = first + my_chunks
-    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
+    chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC,
+                                      IN_ORDER=IN_ORDER)
     inputs = load_fn(args, CONSTS, chunk, steps)
     if PREFETCH:
         walk_decay = tl.full(carry.shape, 1, carry.dtype)
         for i in range(my_chunks):
             # Triton does not pipeline loads into registers: issue the next chunk's before this one's work
             next_chunk, next_steps, next_mask = chunk_window(first + i + 1, num_chunks, seq_len, row_ok, BLOCK_TIME,
-                                                             BACKWARD, end, VEC)
+                                                             BACKWARD, end, VEC, IN_ORDER)
             next_inputs = load_fn(args, CONSTS, next_chunk, next_steps)
             chunk_a, chunk_b, carry = scan_chunk_and_store(
                 scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
-                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-            carry = chunk_a + chunk_b * carry
-            walk_decay *= chunk_b
+                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, DIRECT, IN_ORDER)
+            if DIRECT:
+                carry = chunk_a
+            else:
+                carry = chunk_a + chunk_b * carry
+                walk_decay *= chunk_b
             inputs = next_inputs
             chunk, steps, mask = next_chunk, next_steps, next_mask
     else:
         scan_chunk_and_store(scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr,
                              prefix_ptr, row_tile, order, num_chunks, SPLIT, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW,
-                             VEC)
+                             VEC, DIRECT and not SPLIT, IN_ORDER)
     if WALK:
+        tl.static_assert(not DIRECT, "a walked segment needs its chunks' maps")
         # redo the segment's first chunks with the true carry until their carry out is the one the walk used
         carry, walked_carry, position, pending = walk_lookback(
             status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
@@ -569,6 +661,22 @@ def chunk_groups(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: t
     return tl.cast(chunk, tl.int64) * BLOCK_TIME + groups * VEC
 
 
+@triton.constexpr_function
+def in_processing_order(strided):
+    """Whether a strided tile code (``strided_offsets``' ROWS_PER_THREAD, a kernel's STRIDED) holds each
+    group's steps in the processing order of a backward scan: a negative code."""
+    return strided is not False and strided is not True and strided < 0
+
+
+@triton.constexpr_function
+def in_processing_order_code(strided, in_order):
+    """The strided tile code of ``strided`` (False, True or rows per thread) with groups in processing
+    order where ``in_order`` (negated; True is one row per thread)."""
+    if not in_order or strided is False:
+        return strided
+    return -int(strided)
+
+
 @triton.jit
 def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.constexpr, VEC: tl.constexpr,
                     ROWS_PER_THREAD: tl.constexpr = 1):
@@ -582,6 +690,9 @@ def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.const
     group is then scanned in registers as a batch-major one is. Told the truth (rows contiguous),
     Triton puts 4 rows in each thread and spreads the steps over lanes.
 
+    ROWS_PER_THREAD negated (-1, -2, -4: ``in_processing_order``) holds each group's steps in the processing
+    order of a backward scan (descending), so that a direct scan recurs through them in register order.
+
     ROWS_PER_THREAD = 2 (row pairs) or 4 tells Triton that each run of that many neighbouring rows is
     contiguous and starts at a multiple of its length, so a thread holds those rows and loads a step of
     all of them as one vector (pairs: 8 bytes of float32, 4 of bf16; four rows: 8 bytes of bf16). That
@@ -589,12 +700,15 @@ def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.const
     ROWS_PER_THREAD, which the launcher checks (``_launch._grouped_meta``) before it asks for them.
     ``True`` is one row per thread.
     """
-    lanes = tl.arange(0, VEC) + SHIFT
+    lanes = tl.arange(0, VEC)
+    if in_processing_order(ROWS_PER_THREAD):
+        lanes = VEC - 1 - lanes
+    lanes += SHIFT
     starts = rows[:, None] * row_stride + group_starts[None, :] * time_stride
     offsets = starts[:, :, None] + (lanes.to(tl.int64) * time_stride)[None, None, :]
-    if ROWS_PER_THREAD == 2:
+    if ROWS_PER_THREAD == 2 or ROWS_PER_THREAD == -2:
         offsets = tl.multiple_of(tl.max_contiguous(offsets, [2, 1, 1]), [2, 1, 1])
-    elif ROWS_PER_THREAD == 4:
+    elif ROWS_PER_THREAD == 4 or ROWS_PER_THREAD == -4:
         offsets = tl.multiple_of(tl.max_contiguous(offsets, [4, 1, 1]), [4, 1, 1])
     else:
         offsets = tl.max_contiguous(offsets, [1, 1, 1])
@@ -690,6 +804,9 @@ def shifted_chunk(x, ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len,
             edge = (edge != 0).to(DTYPE)
         else:
             edge = edge.to(DTYPE)
+        if in_processing_order(STRIDED):
+            # descending steps: the step after in memory sits one lane before
+            return shift_group(x, edge, -SHIFT, VEC)
         return shift_group(x, edge, SHIFT, VEC)
 
 

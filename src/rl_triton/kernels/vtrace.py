@@ -5,9 +5,11 @@ import triton.language as tl
 
 from rl_triton.kernels.gae import gae_chunk_inputs
 from rl_triton.kernels.scan import (
+    carried,
     claim_segment,
+    in_processing_order,
+    in_processing_order_code,
     load_chunk,
-    per_step,
     scan_chunk_with_previous,
     scan_program,
     store_chunk,
@@ -62,10 +64,11 @@ def vtrace_load(args, CONSTS: tl.constexpr, chunk, steps):
 
 
 @triton.jit
-def vtrace_scan(args, CONSTS: tl.constexpr, inputs, mask):
+def vtrace_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """Clipped ratios, TD errors and decays of one chunk, scanned: (A, B, A_next, B_next, delta, rho,
     not_done) with vs - V = A + B * carry in and its value one step later A_next + B_next * carry in."""
     VEC: tl.constexpr = CONSTS[5]
+    BACKWARD_LANES: tl.constexpr = not in_processing_order(CONSTS[7])
     discount, rho_clip, c_clip = args[3]
     log_target, log_behavior, reward, value, terminated, truncated, value_next = inputs
     ratio = tl.exp(log_target - log_behavior)
@@ -81,7 +84,7 @@ def vtrace_scan(args, CONSTS: tl.constexpr, inputs, mask):
     delta = rho * (reward + discount * value_next * tl.where(terminated != 0, 0.0, 1.0) - value)
     decay = discount * trace * not_done
     scan_a, scan_b, next_a, next_b = scan_chunk_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0),
-                                                              True, VEC)
+                                                              BACKWARD_LANES, VEC, carry)
     return scan_a, scan_b, next_a, next_b, delta, rho, not_done
 
 
@@ -94,8 +97,8 @@ def vtrace_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, scalars, rows, row_ok, seq_len = args
     scan_a, scan_b, next_a, next_b, delta, rho, not_done = scanned
-    correction = scan_a + scan_b * per_step(carry, VEC)
-    correction_next = next_a + next_b * per_step(carry, VEC)
+    correction = carried(scan_a, scan_b, carry, VEC)
+    correction_next = carried(next_a, next_b, carry, VEC)
     # vs[t+1] - v_next[t] = correction[t+1] wherever vs[t+1] is used (not done), and the
     # last column uses bootstrap values for both, so A[t] = delta[t] + rho*gamma*(1-done)*correction[t+1]
     advantage = delta + rho * scalars[0] * not_done * correction_next
@@ -117,7 +120,7 @@ def vtrace_kernel(
     gamma: tl.float64, rho_bar: tl.float64, c_bar: tl.float64,
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
-    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False,
+    DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -134,8 +137,13 @@ def vtrace_kernel(
     )
     # values[t+1] moved in registers except in walked segments, as in gae_kernel
     shift_in_registers: tl.constexpr = not WALK
+    # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
+    # processing order
+    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
+    strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(vtrace_load, vtrace_load, vtrace_scan, vtrace_store, args,
-                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, STRIDED_GROUPS),
+                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided),
                  tl.zeros([BLOCK_ROWS], DTYPE),
                  row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
-                 aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+                 aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct,
+                 in_processing_order(strided))
