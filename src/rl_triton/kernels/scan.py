@@ -232,11 +232,11 @@ def scan_chunk(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr, carry=None):
     the groups' maps across threads: one cross-thread scan over BLOCK_TIME / VEC groups instead of
     one over every step.
 
-    Given the ``carry`` into the chunk (a direct scan: ``scan_program``'s DIRECT), returns (x, 0): x
-    itself instead of its map, by ``recur_in_thread``."""
+    Given the ``carry`` into the chunk (a direct scan: ``scan_program``'s DIRECT), returns x itself
+    instead of its map, and the carry out of the chunk ([rows]), by ``recur_in_thread``."""
     if carry is not None:
-        x, _ = recur_in_thread(a, b, carry, BACKWARD, VEC)
-        return x, tl.zeros_like(x)
+        x, _, carry_out = recur_in_thread(a, b, carry, BACKWARD, VEC)
+        return x, carry_out
     elif VEC == 1:
         return scan(a, b)
     else:
@@ -248,10 +248,10 @@ def scan_chunk(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr, carry=None):
 @triton.jit
 def scan_chunk_with_previous(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr, carry=None):
     """``scan_with_previous`` of a chunk tile (grouped tiles and a direct scan as in ``scan_chunk``:
-    (x, 0, x one step earlier in processing order, 0))."""
+    (x, carry out, x one step earlier in processing order, 0))."""
     if carry is not None:
-        x, group_carry = recur_in_thread(a, b, carry, BACKWARD, VEC)
-        return x, tl.zeros_like(x), previous_in_thread(x, group_carry, BACKWARD, VEC), tl.zeros_like(x)
+        x, group_carry, carry_out = recur_in_thread(a, b, carry, BACKWARD, VEC)
+        return x, carry_out, previous_in_thread(x, group_carry, BACKWARD, VEC), tl.zeros_like(x)
     elif VEC == 1:
         return scan_with_previous(a, b)
     else:
@@ -263,31 +263,50 @@ def scan_chunk_with_previous(a, b, BACKWARD: tl.constexpr, VEC: tl.constexpr, ca
 @triton.jit
 def recur_in_thread(a, b, carry, BACKWARD: tl.constexpr, VEC: tl.constexpr):
     """x = a + b * (x one step earlier in processing order) over a grouped chunk tile ([rows, groups,
-    VEC], groups in processing order), from the carry into the chunk. Returns x and the carry into
-    each group ([rows, groups, 1]).
+    VEC], groups in processing order), from the carry into the chunk. Returns x, the carry into each
+    group ([rows, groups, 1]) and the carry out of the chunk ([rows]).
 
-    Each thread folds its group into one map (two operations a step), the groups' maps are scanned
+    Each thread scans its group into one map (two operations a step), the groups' maps are scanned
     across threads (``group_carries``) and applied to the carry, then each group recurs from its own
     carry in registers: the carry enters its first step processed and Triton's scan along the thread's
     own registers is a chain of combines whose products ``b`` are never read, so the compiler drops
-    them and a step costs one multiply-add. A tile of one group a row needs no fold. ``scan_chunk``
+    them and a step costs one multiply-add. A tile of one group a row needs no scan of its group. The
+    carry out of a tile of several groups comes from the chunk's map, which does not wait for the carry,
+    so that the next chunk waits for one multiply-add, not for the last group's x to cross the tile's
+    warps. ``scan_chunk``
     builds every step's map instead (in-thread pairs, then the groups' maps applied to each step) and
     the carry is applied to those after: about three times the operations a step.
     """
     if BACKWARD:
         # groups hold their steps in memory order; renamed into processing order and back (Triton's
         # reverse scan exchanges registers across lanes even when the axis lies in one thread)
-        x, group_carry = recur_in_thread(flip_group(a, VEC), flip_group(b, VEC), carry, False, VEC)
-        return flip_group(x, VEC), group_carry
+        x, group_carry, carry_out = recur_in_thread(flip_group(a, VEC), flip_group(b, VEC), carry, False, VEC)
+        return flip_group(x, VEC), group_carry, carry_out
     else:
         group_carry = per_step(carry, VEC)
         if a.shape[1] > 1:
-            total_a, total_b = tl.reduce((a, b), 2, combine)
-            into_a, into_b = group_carries(total_a, total_b)
-            group_carry = into_a + into_b * group_carry
+            # each group's map: the last step of an inclusive scan along the group (tl.reduce may
+            # combine out of order, and these maps do not commute)
+            inclusive_a, inclusive_b = tl.associative_scan((a, b), 2, combine)
+            chunk_a, chunk_b, into_a, into_b = scan_with_previous(last_lane(inclusive_a, VEC),
+                                                                  last_lane(inclusive_b, VEC))
+            group_carry = into_a[:, :, None] + into_b[:, :, None] * group_carry
+            carry_out = last_column(chunk_a, a.shape[1]) + last_column(chunk_b, a.shape[1]) * carry
         first = tl.arange(0, VEC)[None, None, :] == 0
         x, _ = tl.associative_scan((tl.where(first, a + b * group_carry, a), b), 2, combine)
-        return x, group_carry
+        if a.shape[1] == 1:
+            carry_out = tl.reshape(last_lane(x, VEC), carry.shape)
+        return x, group_carry, carry_out
+
+
+@triton.jit
+def last_lane(x, N: tl.constexpr):
+    """The last step of each group of a [rows, groups, N] tile, as [rows, groups], by ``tl.split``."""
+    _, odd = tl.split(tl.reshape(x, [x.shape[0], x.shape[1], N // 2, 2]))
+    if N > 2:
+        return last_lane(odd, N // 2)
+    else:
+        return tl.reshape(odd, [x.shape[0], x.shape[1]])
 
 
 @triton.jit
@@ -380,16 +399,17 @@ def scan_chunk_and_store(scan_fn, store_fn, args, CONSTS: tl.constexpr, inputs, 
                          status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks,
                          LOOKBACK: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                          BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr,
-                         DIRECT: tl.constexpr = False, IN_ORDER: tl.constexpr = False):
+                         DIRECT: tl.constexpr = False):
     """One chunk of a kernel: its scan, the carry into it (LOOKBACK: by look-back), its outputs.
 
     Returns the chunk's map (a, b), carry out = a + b * carry in, and the carry in; a DIRECT scan
-    (x from the carry) stores with no carry (``carried``) and returns (carry out, 0, carry in).
+    (x from the carry, then the carry out: ``scan_chunk``) stores with no carry (``carried``) and returns
+    (carry out, 0, carry in).
     """
     if DIRECT:
         scanned = scan_fn(args, CONSTS, inputs, mask, carry)
         store_fn(args, CONSTS, inputs, scanned, None, chunk)
-        return last_step(scanned[0], BLOCK_TIME, BACKWARD and not IN_ORDER, VEC), tl.zeros_like(carry), carry
+        return scanned[1], tl.zeros_like(carry), carry
     scanned = scan_fn(args, CONSTS, inputs, mask, None)
     chunk_a = last_step(scanned[0], BLOCK_TIME, BACKWARD, VEC)
     chunk_b = last_step(scanned[1], BLOCK_TIME, BACKWARD, VEC)
@@ -412,11 +432,12 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
     A kernel gives three functions of its ``args`` tuple and ``CONSTS`` (a tuple of compile-time
     values): ``load_fn(args, CONSTS, chunk, steps)`` reads a chunk's inputs (a tuple);
     ``scan_fn(args, CONSTS, inputs, mask, carry)`` scans them into a tuple that starts with the chunk's
-    maps (A, B), x = A + B * (carry into the chunk), or with x where it is given the carry (not None);
-    ``store_fn(args, CONSTS, inputs, scanned, carry, chunk)`` writes the chunk's outputs from its true
-    carry, or from x where the carry is None (``carried``). DIRECT programs, which walk whole rows from their boundary carry and hold
-    grouped tiles (VEC > 1), give ``scan_fn`` the carry, so that no step's map is built
-    (``recur_in_thread``); IN_ORDER: their groups hold steps in processing order (``chunk_steps``). Programs of several chunks (PREFETCH)
+    maps (A, B), x = A + B * (carry into the chunk), or, given the carry (not None), with x and the
+    carry out of the chunk; ``store_fn(args, CONSTS, inputs, scanned, carry, chunk)`` writes the chunk's
+    outputs from its true carry, or from x where the carry is None (``carried``). DIRECT programs (of
+    grouped tiles, VEC > 1, that walk whole rows from their boundary carry) give ``scan_fn`` the carry,
+    so that no step's map is built (``recur_in_thread``); IN_ORDER: their groups hold steps in processing
+    order (``chunk_steps``). Programs of several chunks (PREFETCH)
     load each next chunk before scanning the current one; other programs hold one chunk (a split's, or
     a row of one chunk). A walked segment (WALK) is walked from a zero carry, then looked back over
     and its first chunks redone (``walk_lookback``), whose inputs ``redo_load_fn`` reads (the same
@@ -435,7 +456,7 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
             next_inputs = load_fn(args, CONSTS, next_chunk, next_steps)
             chunk_a, chunk_b, carry = scan_chunk_and_store(
                 scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
-                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, DIRECT, IN_ORDER)
+                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, DIRECT)
             if DIRECT:
                 carry = chunk_a
             else:
@@ -446,7 +467,7 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
     else:
         scan_chunk_and_store(scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr,
                              prefix_ptr, row_tile, order, num_chunks, SPLIT, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW,
-                             VEC, DIRECT and not SPLIT, IN_ORDER)
+                             VEC, DIRECT and not SPLIT)
     if WALK:
         tl.static_assert(not DIRECT, "a walked segment needs its chunks' maps")
         # redo the segment's first chunks with the true carry until their carry out is the one the walk used
