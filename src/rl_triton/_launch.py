@@ -199,6 +199,15 @@ class StridedTimeMajor:
     # (rows, steps, warps) of the tiles of 4-byte steps from _ONE_WAVE_MIN_ROWS rows where those tiles make
     # one program per multiprocessor at most; None: the tiles below
     one_wave_tile: tuple[int, int, int] | None = None
+    # fewest rows of 2-byte and of 4-byte steps whose tiles (below _DIRECT_MAX_ROWS rows) walk whole rows
+    # by direct scans (TilePlan.direct); None: never
+    direct_from: tuple[int | None, int | None] = (None, None)
+
+    def direct(self, num_rows: int, element_bytes: int | None) -> bool:
+        """Whether the tiles of a call of ``num_rows`` rows whose widest step takes ``element_bytes``
+        recur directly through each chunk (they walk whole rows)."""
+        fewest = {2: self.direct_from[0], 4: self.direct_from[1]}.get(element_bytes)
+        return fewest is not None and fewest <= num_rows < _DIRECT_MAX_ROWS
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, int]:
@@ -267,6 +276,23 @@ _WIDE_WALK_ELEMENT_BYTES = 4
 # 54.0 -> 66.3, with truncations 54.3 -> 73.5, V-trace 51.8 -> 69.4, lambda-returns 68.8 -> 77.2,
 # discounted returns 55.4 -> 65.0, eligibility traces and prefix sums 61 -> 60.
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
+# Direct scans (kernels/scan.py: recur_in_thread) against every step's map, measured on an H200 at 4096,
+# 8192 and 16384 rows (4096x4096, 8192x2048, 16384x512), % of the copy ceiling, 3 input sets
+# (benchmarks/results/h200-2026-12-03-run30-direct-*.txt, one run): the estimators and row counts where
+# they read more take them.
+# - bf16 values with uint8 flags: GAE 53.8 / 64.0 / 63.5 -> 60.5 / 73.6 / 70.7, with truncations 50.9 /
+#   62.2 / 62.8 -> 38.3 / 65.7 / 69.7 (from 8192 rows), lambda-returns 48.3 / 65.6 / 68.2 -> 52.5 / 74.1 /
+#   74.0, discounted returns 43.8 / 47.3 / 50.9 -> 47.0 / 59.7 / 57.9, eligibility traces 40.3 / 50.0 /
+#   52.4 -> 43.9 / 59.5 / 54.5, prefix sums 40.7 / 48.9 / 49.8 -> 44.7 / 59.1 / 54.1; V-trace 62.5 / 60.5 /
+#   63.8 -> 60.9 / 59.2 / 61.4 (not taken).
+# - float32: lambda-returns 93.0 / 96.3 / 84.2 -> 95.1 / 96.6 / 92.4, discounted returns 86.4 / 86.8 /
+#   76.2 -> 77.7 / 89.1 / 82.7 (from 8192 rows), eligibility traces 83.9 / 86.4 / 75.9 -> 85.5 / 80.2 /
+#   83.7 and prefix sums 84.0 / 86.4 / 76.2 -> 85.5 / 80.3 / 82.8 (from 16384 rows); GAE 86.9 / 93.2 /
+#   91.0 -> 88.2 / 93.5 / 89.8, with truncations 80.2 / 94.0 / 91.9 -> 70.3 / 96.1 / 91.9, V-trace
+#   91.0 / 87.8 / 91.0 -> 90.8 / 90.3 / 91.8 (not taken: within a run's spread, or losing at 4096 rows).
+# Not measured from 32768 rows (other tiles): those build maps.
+_DIRECT_MAX_ROWS = 2 * _TIME_MAJOR_MANY_ROWS
+DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, direct_from=(4096, 8192))
 # Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
 # instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
 # (bf16 values, uint8 flags), compiled for sm_90a, but a tile of 32 rows in pairs makes half the programs
@@ -289,7 +315,8 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 #   truncations (81.1 -> 91.8 at 4096x4096 in 32 x 128 x 8, one sweep; not taken).
 _PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
 _PAIRED_NARROW_TILE = (32, 128, 8)
-EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16))
+EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16),
+                                                  direct_from=(4096, 16384))
 # Four neighbouring rows per thread (8-byte loads of bf16) in 64-row tiles make a quarter of the programs
 # of 16-row tiles, and read less than pairs wherever the programs are fewer than about two per
 # multiprocessor. Measured on an H200, bf16 values with uint8 flags, % of the copy ceiling, 3 input sets
@@ -301,10 +328,12 @@ EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_wal
 # estimator lost 13-45 points (64 programs of 64 rows at 4096).
 _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
-                                                       narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS)
+                                                       narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+                                                       direct_from=(8192, None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
-                                                narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS)
+                                                narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+                                                direct_from=(4096, 4096))
 # GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
 # of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
 # multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
@@ -312,7 +341,7 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # rows only, so they are taken only where they make one program per multiprocessor at most.
 _ONE_WAVE_MIN_ROWS = 4096
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=(32, 256, 16))
+                                             one_wave_tile=(32, 256, 16), direct_from=(4096, None))
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
@@ -780,7 +809,10 @@ def _plan(
     else:
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
-    direct = False if _override.direct is None else _override.direct
+    direct = (strided_tile and not split and _override.block_rows is None and _override.block_time is None
+              and strided_time_major.direct(num_rows, element_bytes))
+    if _override.direct is not None:
+        direct = _override.direct
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
                     max_registers, True, segment_chunks, strided_groups, rows_per_thread, direct)
 
@@ -1612,7 +1644,7 @@ def returns(
                       long_walk_split=None if discounted else _LAMBDA_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
                       time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK,
-                      strided_time_major=STRIDED_TIME_MAJOR if discounted else LAMBDA_STRIDED_TIME_MAJOR)
+                      strided_time_major=DISCOUNTED_STRIDED_TIME_MAJOR if discounted else LAMBDA_STRIDED_TIME_MAJOR)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,

@@ -44,7 +44,6 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
-    carried,
     chunk_carry,
     chunk_steps,
     claim_segment,
@@ -608,8 +607,9 @@ def retrace_scan_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk
     discount, _, _, rho_clip = scalars
     reward, q_value, q_next, terminated, _, _, ratio, _ = inputs
     scan_a, scan_b, next_a, next_b = scanned
-    correction = carried(scan_a, scan_b, carry, VEC)
-    target_next = q_next + carried(next_a, next_b, carry, VEC)  # Q_ret[t+1]; Q_ret[T] := 0
+    # Retrace builds maps (its kernel takes no DIRECT): the carry is never None here
+    correction = scan_a + scan_b * per_step(carry, VEC)
+    target_next = q_next + next_a + next_b * per_step(carry, VEC)  # Q_ret[t+1]; Q_ret[T] := 0
     rho = tl.minimum(ratio, rho_clip, propagate_nan=tl.PropagateNan.ALL)
     advantage = rho * (reward + discount * target_next * (1.0 - terminated) - q_value)
     store_chunk(pointers[4], rows, row_ok, strides[8], chunk, strides[9], seq_len, correction + q_value,
