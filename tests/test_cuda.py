@@ -229,10 +229,11 @@ STRIDED_ESTIMATORS = [param for param in ESTIMATORS if param.id != "retrace"]
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
-@pytest.mark.parametrize("rows", [2048, 4096, 16384, 32768])
+@pytest.mark.parametrize("rows", [2048, 4096, 8192, 16384, 32768])
 @pytest.mark.parametrize("low", [False, True], ids=["f32", "bf16-u8"])
 def test_time_major_strided_default_plans(gen, estimator, rows, low):
-    # rows of whole groups of 8 steps in every kind of default strided tile, over two chunks and more:
+    # rows of whole groups of 8 steps in every kind of default strided tile, over two chunks and more,
+    # direct scans where the plans take them (4096-16384 rows):
     # 16-row tiles at 2048 rows, and at 4096 but for 2-byte steps (bf16 values, uint8 flags) of GAE and
     # V-trace, in row pairs of 32 x 128 x 8, and float32 GAE without truncations in 32 x 256 x 16; from
     # 16384 rows 2-byte steps in row pairs of 32 x 64 x 4 but GAE with truncations and lambda-returns in
