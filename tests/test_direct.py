@@ -32,7 +32,9 @@ TIME_MAJOR = {
     # row pairs and runs of four rows per thread
     "pairs": {"block_rows": 32, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "rows_per_thread": 2},
     "fours": {"block_rows": 64, "block_time": 64, "num_warps": 4, "split": False, "vec": 8, "rows_per_thread": 4},
-    # a time split of one chunk a program, and walked segments: maps and look-back, DIRECT ignored
+}
+# a time split of one chunk a program, and walked segments: maps and look-back, DIRECT ignored
+SPLITS = {
     "split": {"block_rows": 4, "block_time": 16, "split": True, "walk_programs": 0, "vec": 8},
     "walk": {"block_rows": 4, "block_time": 8, "split": True, "walk_programs": 2, "vec": 2},
 }
@@ -58,7 +60,15 @@ def test_time_major_direct(name, plan, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
-@pytest.mark.parametrize("plan", ["groups", "one-group", "pairs", "fours"])
+@pytest.mark.parametrize("plan", list(SPLITS))
+@pytest.mark.parametrize("name", ["gae", "vtrace", "traces"])
+def test_splits_ignore_direct(name, plan, make_rollout):
+    ro = make_rollout(11, 200)
+    out, expected = run(name, ro, tile={**SPLITS[plan], "direct": True}, time_major=True)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("plan", ["groups", "fours"])
 @pytest.mark.parametrize("name", ["gae", "gae_last_value", "vtrace", "lambda", "traces"])
 def test_bf16_values_with_uint8_flags_direct(name, plan, make_rollout):
     ro = make_rollout(ROLLOUTS.get(plan, (11,))[0], 96, dtype=torch.bfloat16, flag_dtype=torch.uint8)
