@@ -32,6 +32,10 @@ episode end, or once the decay has rounded the difference away), so every output
 from the true carry would give. The redo is one chunk on typical data and the whole segment when
 nothing resets and the decay stays near one.
 
+A program that walks whole rows knows the carry into each chunk before it scans it, so grouped tiles
+may scan directly (``recur_in_thread``: each group recurs from its carry, one multiply-add a step)
+instead of building every step's map; the plans take that where it was measured faster.
+
 A program that walks several chunks (``PREFETCH``) issues the loads of chunk ``i + 1`` before it
 scans chunk ``i``: Triton does not pipeline loads that feed registers, and without this every
 program waits for its loads, then computes, in lock step with all others (measured on an H200:
@@ -273,9 +277,8 @@ def recur_in_thread(a, b, carry, BACKWARD: tl.constexpr, VEC: tl.constexpr):
     them and a step costs one multiply-add. A tile of one group a row needs no scan of its group. The
     carry out of a tile of several groups comes from the chunk's map, which does not wait for the carry,
     so that the next chunk waits for one multiply-add, not for the last group's x to cross the tile's
-    warps. ``scan_chunk``
-    builds every step's map instead (in-thread pairs, then the groups' maps applied to each step) and
-    the carry is applied to those after: about three times the operations a step.
+    warps. ``scan_chunk`` builds every step's map instead (in-thread pairs, then the groups' maps applied
+    to each step) and the carry is applied to those after: about three times the operations a step.
     """
     if BACKWARD:
         # groups hold their steps in memory order; renamed into processing order and back (Triton's
