@@ -52,8 +52,13 @@ def test_batch_major_direct(name, plan, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
-@pytest.mark.parametrize("plan", list(TIME_MAJOR))
-@pytest.mark.parametrize("name", NAMES)
+# four rows per thread (the slowest tiles in the interpreter) for a kernel of each kind: backward with
+# the next step's value shifted in registers, backward with the next-step correction, forward
+TIME_MAJOR_CASES = [(name, plan) for plan in TIME_MAJOR for name in NAMES
+                    if plan != "fours" or name in ("gae", "vtrace", "traces")]
+
+
+@pytest.mark.parametrize("name, plan", TIME_MAJOR_CASES)
 def test_time_major_direct(name, plan, make_rollout):
     ro = make_rollout(*ROLLOUTS.get(plan, (11, 200)))
     out, expected = run(name, ro, tile={**TIME_MAJOR[plan], "direct": True}, time_major=True)
@@ -68,7 +73,7 @@ def test_splits_ignore_direct(name, plan, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
-@pytest.mark.parametrize("plan", ["groups", "fours"])
+@pytest.mark.parametrize("plan", ["groups", "pairs"])
 @pytest.mark.parametrize("name", ["gae", "gae_last_value", "vtrace", "lambda", "traces"])
 def test_bf16_values_with_uint8_flags_direct(name, plan, make_rollout):
     ro = make_rollout(ROLLOUTS.get(plan, (11,))[0], 96, dtype=torch.bfloat16, flag_dtype=torch.uint8)
