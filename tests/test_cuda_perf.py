@@ -224,7 +224,7 @@ LAYOUT_UNMET: dict[tuple[str, str, int, int], tuple[str, str]] = {
                                ("discounted_returns", 61.7, 88.5), ("eligibility_traces", 60.9, 88.4),
                                ("prefix_sum", 59.8, 86.2))},
     **{(name, "bf16-time-major", 4096, 4096): (f"{low}% against {high}% batch-major float32", "2026-12-03")
-       for name, low, high in (("gae", 63.8, 96.3), ("vtrace", 62.5, 95.1), ("lambda_returns", 47.3, 95.4),
+       for name, low, high in (("gae", 63.8, 96.3), ("vtrace", 62.5, 95.1), ("lambda_returns", 53.8, 95.4),
                                ("discounted_returns", 49.5, 87.5), ("eligibility_traces", 47.8, 94.1),
                                ("prefix_sum", 48.1, 92.0))},
 }

@@ -128,6 +128,8 @@ VTRACE_NARROW_STEPS_PER_WARP = (256, 512)
 # truncations or bootstrap values 71 / 72 -> 79 / 77 with 16 x 32 and 1 warp (62 / 61 with 32 x 32 and 2).
 # The gradient kernels and the plain recurrence were not measured there and keep 32 x 32 with 4 warps.
 _TIME_MAJOR_MANY_ROWS = 16384
+# direct scans were measured on tiles of fewer rows (StridedTimeMajor.direct_from)
+_DIRECT_MAX_ROWS = 2 * _TIME_MAJOR_MANY_ROWS
 _LIGHT_TIME_MAJOR_MANY_ROWS = (32, 32, 2)
 _GAE_HEAVIER_TIME_MAJOR_MANY_ROWS = (16, 32, 1)
 _VTRACE_TIME_MAJOR_MANY_ROWS = (32, 16, 2)
@@ -199,15 +201,19 @@ class StridedTimeMajor:
     # (rows, steps, warps) of the tiles of 4-byte steps from _ONE_WAVE_MIN_ROWS rows where those tiles make
     # one program per multiprocessor at most; None: the tiles below
     one_wave_tile: tuple[int, int, int] | None = None
-    # fewest rows of 2-byte and of 4-byte steps whose tiles (below _DIRECT_MAX_ROWS rows) walk whole rows
-    # by direct scans (TilePlan.direct); None: never
+    # fewest rows of 2-byte and of 4-byte steps whose tiles (below direct_below rows) walk whole rows by
+    # direct scans (TilePlan.direct); None: never
     direct_from: tuple[int | None, int | None] = (None, None)
+    direct_below: tuple[int, int] = (_DIRECT_MAX_ROWS, _DIRECT_MAX_ROWS)
 
     def direct(self, num_rows: int, element_bytes: int | None) -> bool:
         """Whether the tiles of a call of ``num_rows`` rows whose widest step takes ``element_bytes``
         recur directly through each chunk (they walk whole rows)."""
-        fewest = {2: self.direct_from[0], 4: self.direct_from[1]}.get(element_bytes)
-        return fewest is not None and fewest <= num_rows < _DIRECT_MAX_ROWS
+        if element_bytes not in (2, 4):
+            return False
+        fewest, below = (self.direct_from[0], self.direct_below[0]) if element_bytes == 2 else (
+            self.direct_from[1], self.direct_below[1])
+        return fewest is not None and fewest <= num_rows < below
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, int]:
@@ -278,11 +284,12 @@ _WIDE_WALK_ELEMENT_BYTES = 4
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 # Direct scans (kernels/scan.py: recur_in_thread) against every step's map, measured on an H200 at 4096,
 # 8192 and 16384 rows (4096x4096, 8192x2048, 16384x512), % of the copy ceiling, 3 input sets
-# (benchmarks/results/h200-2026-12-03-run30-direct-*.txt, one run): the estimators and row counts where
-# they read more take them.
+# (benchmarks/results/h200-2026-12-03-run30-direct-sweep.txt, one run; the final plans against maps in
+# -run30-direct-ab.txt and -run30-final-ab.txt): the estimators and row counts where they read more take them.
 # - bf16 values with uint8 flags: GAE 53.8 / 64.0 / 63.5 -> 60.5 / 73.6 / 70.7, with truncations 50.9 /
 #   62.2 / 62.8 -> 38.3 / 65.7 / 69.7 (from 8192 rows), lambda-returns 48.3 / 65.6 / 68.2 -> 52.5 / 74.1 /
-#   74.0, discounted returns 43.8 / 47.3 / 50.9 -> 47.0 / 59.7 / 57.9, eligibility traces 40.3 / 50.0 /
+#   74.0 here but 47.3 / 65.0 / 70.2 -> 52.8 / 55.9 / 65.0 and 47.7 / 65.7 / 70.3 -> 53.8 / 55.8 / 65.7 in
+#   the two later runs (below 8192 rows only), discounted returns 43.8 / 47.3 / 50.9 -> 47.0 / 59.7 / 57.9, eligibility traces 40.3 / 50.0 /
 #   52.4 -> 43.9 / 59.5 / 54.5, prefix sums 40.7 / 48.9 / 49.8 -> 44.7 / 59.1 / 54.1; V-trace 62.5 / 60.5 /
 #   63.8 -> 60.9 / 59.2 / 61.4 (not taken).
 # - float32: lambda-returns 93.0 / 96.3 / 84.2 -> 95.1 / 96.6 / 92.4, discounted returns 86.4 / 86.8 /
@@ -291,7 +298,6 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 #   91.0 -> 88.2 / 93.5 / 89.8, with truncations 80.2 / 94.0 / 91.9 -> 70.3 / 96.1 / 91.9, V-trace
 #   91.0 / 87.8 / 91.0 -> 90.8 / 90.3 / 91.8 (not taken: within a run's spread, or losing at 4096 rows).
 # Not measured from 32768 rows (other tiles): those build maps.
-_DIRECT_MAX_ROWS = 2 * _TIME_MAJOR_MANY_ROWS
 DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, direct_from=(4096, 8192))
 # Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
 # instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
@@ -333,7 +339,7 @@ GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
 # lambda-returns keep 32-row tiles from 4096 rows (see above)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-                                                direct_from=(None, 4096))
+                                                direct_from=(4096, 4096), direct_below=(8192, _DIRECT_MAX_ROWS))
 # GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
 # of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
 # multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
