@@ -128,7 +128,7 @@ VTRACE_NARROW_STEPS_PER_WARP = (256, 512)
 # truncations or bootstrap values 71 / 72 -> 79 / 77 with 16 x 32 and 1 warp (62 / 61 with 32 x 32 and 2).
 # The gradient kernels and the plain recurrence were not measured there and keep 32 x 32 with 4 warps.
 _TIME_MAJOR_MANY_ROWS = 16384
-# direct scans were measured on tiles of fewer rows (StridedTimeMajor.direct_from)
+# direct scans were measured on tiles of fewer rows (StridedTimeMajor.direct_rows)
 _DIRECT_MAX_ROWS = 2 * _TIME_MAJOR_MANY_ROWS
 _LIGHT_TIME_MAJOR_MANY_ROWS = (32, 32, 2)
 _GAE_HEAVIER_TIME_MAJOR_MANY_ROWS = (16, 32, 1)
@@ -201,19 +201,15 @@ class StridedTimeMajor:
     # (rows, steps, warps) of the tiles of 4-byte steps from _ONE_WAVE_MIN_ROWS rows where those tiles make
     # one program per multiprocessor at most; None: the tiles below
     one_wave_tile: tuple[int, int, int] | None = None
-    # fewest rows of 2-byte and of 4-byte steps whose tiles (below direct_below rows) walk whole rows by
+    # the row counts [first, end) of calls of 2-byte and of 4-byte steps whose tiles walk whole rows by
     # direct scans (TilePlan.direct); None: never
-    direct_from: tuple[int | None, int | None] = (None, None)
-    direct_below: tuple[int, int] = (_DIRECT_MAX_ROWS, _DIRECT_MAX_ROWS)
+    direct_rows: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
 
     def direct(self, num_rows: int, element_bytes: int | None) -> bool:
         """Whether the tiles of a call of ``num_rows`` rows whose widest step takes ``element_bytes``
         recur directly through each chunk (they walk whole rows)."""
-        if element_bytes not in (2, 4):
-            return False
-        fewest, below = (self.direct_from[0], self.direct_below[0]) if element_bytes == 2 else (
-            self.direct_from[1], self.direct_below[1])
-        return fewest is not None and fewest <= num_rows < below
+        rows = {2: self.direct_rows[0], 4: self.direct_rows[1]}.get(element_bytes)
+        return rows is not None and rows[0] <= num_rows < rows[1]
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, int]:
@@ -298,7 +294,7 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
 #   91.0 -> 88.2 / 93.5 / 89.8, with truncations 80.2 / 94.0 / 91.9 -> 70.3 / 96.1 / 91.9, V-trace
 #   91.0 / 87.8 / 91.0 -> 90.8 / 90.3 / 91.8 (not taken: within a run's spread, or losing at 4096 rows).
 # Not measured from 32768 rows (other tiles): those build maps.
-DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, direct_from=(4096, 8192))
+DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, direct_rows=((4096, _DIRECT_MAX_ROWS), (8192, _DIRECT_MAX_ROWS)))
 # Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
 # instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
 # (bf16 values, uint8 flags), compiled for sm_90a, but a tile of 32 rows in pairs makes half the programs
@@ -322,7 +318,7 @@ DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, direct_f
 _PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
 _PAIRED_NARROW_TILE = (32, 128, 8)
 EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16),
-                                                  direct_from=(4096, 16384))
+                                                  direct_rows=((4096, _DIRECT_MAX_ROWS), (16384, _DIRECT_MAX_ROWS)))
 # Four neighbouring rows per thread (8-byte loads of bf16) in 64-row tiles make a quarter of the programs
 # of 16-row tiles, and read less than pairs wherever the programs are fewer than about two per
 # multiprocessor. Measured on an H200, bf16 values with uint8 flags, % of the copy ceiling, 3 input sets
@@ -335,11 +331,11 @@ EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_wal
 _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
                                                        narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-                                                       direct_from=(8192, None))
+                                                       direct_rows=((8192, _DIRECT_MAX_ROWS), None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-                                                direct_from=(4096, 4096), direct_below=(8192, _DIRECT_MAX_ROWS))
+                                                direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
 # GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
 # of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
 # multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
@@ -347,7 +343,8 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # rows only, so they are taken only where they make one program per multiprocessor at most.
 _ONE_WAVE_MIN_ROWS = 4096
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=(32, 256, 16), direct_from=(4096, None))
+                                             one_wave_tile=(32, 256, 16),
+                                             direct_rows=((4096, _DIRECT_MAX_ROWS), None))
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096)
 _STRIDED_TILE_MIN_ROWS = 2048

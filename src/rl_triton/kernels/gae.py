@@ -6,6 +6,7 @@ import triton.language as tl
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
+    direct_scan,
     in_processing_order,
     in_processing_order_code,
     load_chunk,
@@ -178,7 +179,7 @@ def gae_kernel(
     shift_in_registers: tl.constexpr = not WALK
     # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
     # processing order
-    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
+    direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(gae_load, gae_load, gae_scan, gae_store, args,
                  (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided),

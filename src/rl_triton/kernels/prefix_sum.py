@@ -11,6 +11,7 @@ import triton.language as tl
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
+    direct_scan,
     load_chunk,
     scan_chunk,
     scan_program,
@@ -84,7 +85,7 @@ def episodic_scan_kernel(
         tl.cast(decay, DTYPE), rows, row_ok, seq_len,
     )
     # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program)
-    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
+    direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     scan_program(episodic_load, episodic_load, episodic_scan, episodic_store, args,
                  (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS), carry, row_tile, order, first, my_chunks,
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,

@@ -10,6 +10,7 @@ import triton.language as tl
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
+    direct_scan,
     in_processing_order,
     in_processing_order_code,
     load_chunk,
@@ -113,7 +114,7 @@ def returns_kernel(
     )
     # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
     # processing order
-    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
+    direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(returns_load, returns_load, returns_scan, returns_store, args,
                  (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, strided),

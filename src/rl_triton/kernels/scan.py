@@ -686,6 +686,13 @@ def chunk_groups(chunk, BLOCK_TIME: tl.constexpr, BACKWARD: tl.constexpr, VEC: t
 
 
 @triton.constexpr_function
+def direct_scan(direct, vec, split, walk):
+    """Whether a kernel asked for DIRECT scans them: grouped tiles (VEC > 1) walked over whole rows (not
+    split in time, nor walked in segments, whose look-back needs each chunk's map; ``scan_program``)."""
+    return bool(direct) and vec > 1 and not split and not walk
+
+
+@triton.constexpr_function
 def in_processing_order(strided):
     """Whether a strided tile code (``strided_offsets``' ROWS_PER_THREAD, a kernel's STRIDED) holds each
     group's steps in the processing order of a backward scan: a negative code."""

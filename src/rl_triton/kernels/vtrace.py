@@ -7,6 +7,7 @@ from rl_triton.kernels.gae import gae_chunk_inputs
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
+    direct_scan,
     in_processing_order,
     in_processing_order_code,
     load_chunk,
@@ -139,7 +140,7 @@ def vtrace_kernel(
     shift_in_registers: tl.constexpr = not WALK
     # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
     # processing order
-    direct: tl.constexpr = DIRECT and VEC > 1 and not SPLIT and not WALK
+    direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(vtrace_load, vtrace_load, vtrace_scan, vtrace_store, args,
                  (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided),
