@@ -225,7 +225,8 @@ def plan_override(plan: str) -> dict:
     chunk per program), ``fN`` the first of Retrace's two passes reads flat blocks of N values (``f0``:
     ``[steps, actions]`` tiles), ``gN`` strided time-major tiles of N neighbouring rows per thread (1, 2: row pairs, or 4; ``q1``/``q0``
     are ``g2``/``g1``), ``d1``/``d0`` grouped programs that walk whole rows recur from each chunk's carry / build
-    every step's map (``TilePlan.direct``)."""
+    every step's map (``TilePlan.direct``), ``u0`` tiles take in-range masks even where the rows and steps fill
+    whole tiles (``_launch._meta``: WHOLE_TILES)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
@@ -249,6 +250,8 @@ def plan_override(plan: str) -> dict:
             kw["retrace_flat_values"] = int(token[1:])
         elif token in ("d0", "d1"):
             kw["direct"] = token == "d1"
+        elif token in ("u0", "u1"):
+            kw["whole_tiles"] = token == "u1"
         elif token in ("q0", "q1"):
             kw["rows_per_thread"] = 2 if token == "q1" else 1
         elif token.startswith("g"):

@@ -86,7 +86,7 @@ def test_direct_reaches_the_kernels_that_take_it():
     with _launch.tile_override(direct=True):
         plan = _launch.plan_tiles(64, 1024, False, cpu, False)
     assert plan.direct
-    assert _launch._meta(plan, torch.float32, walk=True, direct=True)["DIRECT"] is True
+    assert _launch._meta(plan, torch.float32, walk=True, shape=(64, 1024))["DIRECT"] is True
     # Retrace's kernels and the backward passes take no DIRECT
     assert "DIRECT" not in _launch._meta(plan, torch.float32, walk=True)
     assert not _launch.plan_tiles(64, 1024, False, cpu, False).direct

@@ -504,6 +504,7 @@ class _Override:
     retrace_flat_values: int | None = None
     rows_per_thread: int | None = None
     direct: bool | None = None
+    whole_tiles: bool | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -526,6 +527,7 @@ def tile_override(
     retrace_flat_values: int | None = None,
     rows_per_thread: int | None = None,
     direct: bool | None = None,
+    whole_tiles: bool | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -542,12 +544,13 @@ def tile_override(
     (row pairs) or 4 neighbouring rows per thread (``kernels/scan.py: strided_offsets``) where the tile has
     a run for every thread and 16 runs across, and the launch's tensors allow it (``_grouped_meta``); one
     row per thread otherwise; ``direct``: grouped programs that walk whole rows recur from each chunk's
-    carry (``TilePlan.direct``), or build every step's map.
+    carry (``TilePlan.direct``), or build every step's map; ``whole_tiles=False``: tiles take in-range
+    masks even where a call's rows and steps fill whole tiles (``_meta``).
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_kernels, retrace_flat_values, rows_per_thread, direct)
+                          walk_programs, retrace_kernels, retrace_flat_values, rows_per_thread, direct, whole_tiles)
     try:
         yield
     finally:
@@ -1140,9 +1143,15 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
         kernel[grid](*args, **_grouped_meta(args, meta))
 
 
-def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, direct: bool = False) -> dict:
-    """Compile-time arguments of a plan; ``walk``: the kernel takes WALK (it can walk segments);
-    ``direct``: it takes DIRECT (``TilePlan.direct``)."""
+def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, shape: tuple[int, int] | None = None) -> dict:
+    """Compile-time arguments of a plan; ``walk``: the kernel takes WALK (it can walk segments); ``shape``:
+    the call's (rows, steps), for the kernels that take STRIDED_GROUPS, DIRECT (``TilePlan.direct``) and
+    WHOLE_TILES (rows a whole number of row tiles and steps of chunks: no in-range masks, ``kernels/scan.py:
+    tile_rows``): GAE, V-trace, returns and episodic scans.
+
+    A kernel gets the same names at every call, whatever their values: ``_launch`` keys a compiled
+    kernel by the values alone, which a name present at one call and missing at another could confuse
+    (DIRECT at one, WHOLE_TILES at another, both True)."""
     meta = {
         "SPLIT": plan.split,
         "BLOCK_ROWS": plan.block_rows,
@@ -1156,10 +1165,13 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, direct: bool =
         meta["maxnreg"] = plan.max_registers
     if walk:
         meta["WALK"] = plan.walk
-    if plan.strided_groups:
-        meta["STRIDED_GROUPS"] = True if plan.rows_per_thread == 1 else plan.rows_per_thread
-    if direct and plan.direct:
-        meta["DIRECT"] = True
+    if shape is not None:
+        meta["STRIDED_GROUPS"] = False
+        if plan.strided_groups:
+            meta["STRIDED_GROUPS"] = True if plan.rows_per_thread == 1 else plan.rows_per_thread
+        meta["DIRECT"] = plan.direct
+        meta["WHOLE_TILES"] = (shape[0] % plan.block_rows == 0 and shape[1] % plan.block_time == 0
+                               and _override.whole_tiles is not False)
     return meta
 
 
@@ -1200,7 +1212,7 @@ def gae(
         *boot_strides, *advantages.stride(),
         *map(_float_arg, (gamma, lambda_)),
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True, direct=True),
+        **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
     )
 
 
@@ -1251,7 +1263,7 @@ def vtrace(
         *terminateds.stride(), *_strides(truncateds), *boot_strides, *targets.stride(),
         *map(_float_arg, (gamma, rho_bar, c_bar)),
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True, direct=True),
+        **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
     )
 
 
@@ -1659,7 +1671,7 @@ def returns(
         *map(_float_arg, (gamma, lambda_)),
         HAS_NEXT_VALUES=next_values is not None, HAS_TRUNCATED=truncateds is not None,
         HAS_BOOTSTRAP=bootstrap_values is not None, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True, direct=True),
+        **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
     )
 
 
@@ -1696,7 +1708,7 @@ def episodic_scan(
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
         HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, PREFETCH=plan.prefetch, VEC=plan.vec,
-        **_meta(plan, dtype, walk=True, direct=True),
+        **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
     )
 
 

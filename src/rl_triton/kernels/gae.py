@@ -9,6 +9,7 @@ from rl_triton.kernels.scan import (
     direct_scan,
     in_processing_order,
     in_processing_order_code,
+    in_range,
     load_chunk,
     load_episode_flags,
     per_step,
@@ -100,6 +101,10 @@ def gae_load(args, CONSTS: tl.constexpr, chunk, steps):
     SHIFT_IN_REGISTERS: tl.constexpr = CONSTS[6]
     STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, last_value, _, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, _ = pointers
     (s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
      s_boot_row, s_boot_time, _, _) = strides
@@ -115,6 +120,7 @@ def gae_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """TD errors and decays of one chunk, scanned: (A, B) with advantage = A + B * carry in."""
     VEC: tl.constexpr = CONSTS[5]
     BACKWARD_LANES: tl.constexpr = not in_processing_order(CONSTS[7])
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
     discount, trace_decay = args[3]
     HAS_TRUNCATED: tl.constexpr = CONSTS[0]
     reward, value, terminated, truncated, value_next = inputs
@@ -133,7 +139,8 @@ def gae_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
         delta = reward + tl.where(terminated != 0, 0.0, discount) * value_next - value
         decay = tl.where(terminated != 0, 0.0, trace_decay)
     # steps past the end of the sequence are identity steps (0, 1) of the recurrence
-    return scan_chunk(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0), BACKWARD_LANES, VEC, carry)
+    return scan_chunk(in_range(mask, delta, 0.0, WHOLE_TILES), in_range(mask, decay, 1.0, WHOLE_TILES), BACKWARD_LANES,
+                      VEC, carry)
 
 
 @triton.jit
@@ -144,6 +151,10 @@ def gae_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     VEC: tl.constexpr = CONSTS[5]
     STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, _, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     scan_a, scan_b = scanned
     store_chunk(pointers[5], rows, row_ok, strides[10], chunk, strides[11], seq_len,
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
@@ -160,6 +171,7 @@ def gae_kernel(
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
+    WHOLE_TILES: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -172,6 +184,9 @@ def gae_kernel(
          s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time),
         last_value, (tl.cast(gamma, DTYPE), tl.cast(gamma * lambda_, DTYPE)), rows, row_ok, seq_len,
     )
+    if WHOLE_TILES:
+        # every tile in range: no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     # values[t+1] moved in registers, except in walked segments. Measured on an H200, % of the copy
     # ceiling, loaded shifted -> moved (-run13-shift-ab.txt, two runs each): GAE 4096x4096 85.9 / 85.2 ->
     # 89.5 / 92.6, with truncations 85.1 / 85.7 -> 94.7 / 97.6, bf16 values with uint8 flags 16384x512
@@ -182,7 +197,8 @@ def gae_kernel(
     direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(gae_load, gae_load, gae_scan, gae_store, args,
-                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided),
+                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided,
+                  WHOLE_TILES),
                  tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
-                 seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
-                 BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided))
+                 seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
+                 PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided))

@@ -12,6 +12,7 @@ from rl_triton.kernels.scan import (
     carried,
     claim_segment,
     direct_scan,
+    in_range,
     load_chunk,
     scan_chunk,
     scan_program,
@@ -30,6 +31,10 @@ def episodic_load(args, CONSTS: tl.constexpr, chunk, steps):
     VEC: tl.constexpr = CONSTS[4]
     STRIDED: tl.constexpr = CONSTS[5]
     pointers, strides, _, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[6]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     inputs_ptr, dones_ptr, _ = pointers
     s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, _, _ = strides
     inputs = load_chunk(inputs_ptr, rows, row_ok, s_inputs_row, chunk, s_inputs_time, seq_len, 0.0, DTYPE,
@@ -45,9 +50,10 @@ def episodic_load(args, CONSTS: tl.constexpr, chunk, steps):
 def episodic_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     """One chunk scanned: (A, B) with x = A + B * carry in."""
     VEC: tl.constexpr = CONSTS[4]
+    WHOLE_TILES: tl.constexpr = CONSTS[6]
     values, reset = inputs
-    return scan_chunk(tl.where(mask, values, 0.0), tl.where(mask, args[2] * (1.0 - reset), 1.0), False, VEC,
-                      carry)
+    return scan_chunk(in_range(mask, values, 0.0, WHOLE_TILES),
+                      in_range(mask, args[2] * (1.0 - reset), 1.0, WHOLE_TILES), False, VEC, carry)
 
 
 @triton.jit
@@ -58,6 +64,10 @@ def episodic_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     VEC: tl.constexpr = CONSTS[4]
     STRIDED: tl.constexpr = CONSTS[5]
     pointers, strides, _, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[6]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     scan_a, scan_b = scanned
     store_chunk(pointers[2], rows, row_ok, strides[4], chunk, strides[5], seq_len,
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False, STRIDED)
@@ -73,6 +83,7 @@ def episodic_scan_kernel(
     HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
+    WHOLE_TILES: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -84,9 +95,13 @@ def episodic_scan_kernel(
         (inputs_ptr, dones_ptr, out_ptr), (s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_out_row, s_out_time),
         tl.cast(decay, DTYPE), rows, row_ok, seq_len,
     )
+    if WHOLE_TILES:
+        # every tile in range: no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program)
     direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     scan_program(episodic_load, episodic_load, episodic_scan, episodic_store, args,
-                 (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS), carry, row_tile, order, first, my_chunks,
-                 num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
-                 PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct)
+                 (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS, WHOLE_TILES), carry, row_tile,
+                 order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok,
+                 status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW,
+                 VEC, direct)

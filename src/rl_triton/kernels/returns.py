@@ -13,6 +13,7 @@ from rl_triton.kernels.scan import (
     direct_scan,
     in_processing_order,
     in_processing_order_code,
+    in_range,
     load_chunk,
     load_episode_flags,
     scan_chunk,
@@ -34,6 +35,10 @@ def returns_load(args, CONSTS: tl.constexpr, chunk, steps):
     VEC: tl.constexpr = CONSTS[6]
     STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, _ = pointers
     (s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
      s_boot_row, s_boot_time, _, _) = strides
@@ -61,6 +66,7 @@ def returns_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     HAS_BOOTSTRAP: tl.constexpr = CONSTS[2]
     VEC: tl.constexpr = CONSTS[6]
     BACKWARD_LANES: tl.constexpr = not in_processing_order(CONSTS[7])
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
     discount, value_weight, trace_decay = args[2]
     terms, terminated, truncated, next_value, bootstrap = inputs
     not_done = 1.0 - tl.maximum(terminated, truncated)
@@ -68,8 +74,8 @@ def returns_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
         terms += value_weight * not_done * next_value
     if HAS_TRUNCATED and HAS_BOOTSTRAP:
         terms += discount * truncated * bootstrap
-    return scan_chunk(tl.where(mask, terms, 0.0), tl.where(mask, trace_decay * not_done, 1.0), BACKWARD_LANES, VEC,
-                      carry)
+    return scan_chunk(in_range(mask, terms, 0.0, WHOLE_TILES), in_range(mask, trace_decay * not_done, 1.0, WHOLE_TILES),
+                      BACKWARD_LANES, VEC, carry)
 
 
 @triton.jit
@@ -80,6 +86,10 @@ def returns_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     VEC: tl.constexpr = CONSTS[6]
     STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     scan_a, scan_b = scanned
     store_chunk(pointers[5], rows, row_ok, strides[10], chunk, strides[11], seq_len,
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
@@ -97,6 +107,7 @@ def returns_kernel(
     SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr,
     BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
     STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
+    WHOLE_TILES: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -112,13 +123,16 @@ def returns_kernel(
         (tl.cast(gamma, DTYPE), tl.cast(gamma * (1.0 - lambda_), DTYPE), tl.cast(gamma * lambda_, DTYPE)),
         rows, row_ok, seq_len,
     )
+    if WHOLE_TILES:
+        # every tile in range: no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
     # processing order
     direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(returns_load, returns_load, returns_scan, returns_store, args,
-                 (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, strided),
-                 carry,
-                 row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
-                 aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct,
-                 in_processing_order(strided))
+                 (HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, strided,
+                  WHOLE_TILES),
+                 carry, row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len,
+                 row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True,
+                 BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided))

@@ -136,9 +136,23 @@ def row_offsets(rows, row_stride, VEC: tl.constexpr):
 
 @triton.jit
 def step_mask(row_ok, steps, seq_len, VEC: tl.constexpr):
-    """In-range mask of a chunk tile: rows in range and steps in [0, seq_len)."""
+    """In-range mask of a chunk tile: rows in range and steps in [0, seq_len); steps alone for whole
+    tiles (``row_ok`` None: ``tile_rows``), whose steps need it only where shifted past a chunk's edge."""
     in_time = (steps >= 0) & (steps < whole_groups(seq_len, VEC))
-    return per_step(row_ok, VEC) & tl.expand_dims(in_time, 0)
+    if row_ok is None:
+        return tl.expand_dims(in_time, 0)
+    else:
+        return per_step(row_ok, VEC) & tl.expand_dims(in_time, 0)
+
+
+@triton.jit
+def in_range(mask, values, identity, WHOLE_TILES: tl.constexpr):
+    """``values`` at a chunk's steps in range (``mask``) and ``identity`` elsewhere; WHOLE_TILES are in
+    range everywhere (``tile_rows``)."""
+    if WHOLE_TILES:
+        return values
+    else:
+        return tl.where(mask, values, identity)
 
 
 @triton.jit
@@ -147,10 +161,14 @@ def chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME: tl.constexpr
     """Chunk index, time indices (processing order) and in-range mask of the chunk at ``position``.
 
     Positions past the last chunk, or at or past ``end`` (the end of a program's segment), give an
-    all-false mask, so the prefetch of "the chunk after the last one" reads nothing.
+    all-false mask, so the prefetch of "the chunk after the last one" reads nothing. Whole tiles
+    (``row_ok`` None), whose loads take no mask, read the segment's last chunk again instead.
     """
     if end is not None:
-        position = tl.where(position < end, position, num_chunks)
+        if row_ok is None:
+            position = tl.minimum(position, end - 1)
+        else:
+            position = tl.where(position < end, position, num_chunks)
     if BACKWARD:
         chunk = num_chunks - 1 - position
     else:
@@ -651,7 +669,14 @@ def _any_nonfinite(x):
 
 @triton.jit
 def tile_rows(row_tile, num_rows, BLOCK_ROWS: tl.constexpr):
-    """int64 row indices of a row tile and their in-range mask."""
+    """int64 row indices of a row tile and their in-range mask.
+
+    A kernel told WHOLE_TILES (rows a whole number of row tiles and each row a whole number of chunks:
+    ``_launch._meta``) gives its loads and stores the mask None instead: its tiles are then read, scanned and written
+    without in-range masks (``step_mask``, ``strided_mask``, ``in_range``), which cost a bf16 step
+    read in place ``[T, N]`` several instructions: the loads' predicates, the zeroing of their masked-off
+    values and the selects that make steps past the end identity steps.
+    """
     rows = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     return rows.to(tl.int64), rows < num_rows
 
@@ -750,8 +775,11 @@ def strided_offsets(rows, row_stride, group_starts, time_stride, SHIFT: tl.const
 def strided_mask(row_ok, group_starts, steps, seq_len, SHIFT: tl.constexpr):
     """In-range mask of a strided tile: by group (a row length of whole groups: every step of a group
     is in range, or none is; the chunk before the first, which a backward walk's last load ahead
-    names, lies at negative steps), or by step where SHIFT moves steps across group edges."""
-    if SHIFT == 0:
+    names, lies at negative steps), or by step where SHIFT moves steps across group edges. Whole tiles
+    (``row_ok`` None) load unshifted steps without one (``load_chunk``)."""
+    if row_ok is None:
+        return ((steps >= 0) & (steps < seq_len))[None, :, :]
+    elif SHIFT == 0:
         in_time = (group_starts >= 0) & (group_starts < seq_len)
         return (row_ok[:, None] & in_time[None, :])[:, :, None]
     else:
@@ -774,12 +802,17 @@ def load_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, other
     if STRIDED:
         groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
         offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, SHIFT, VEC, STRIDED)
-        values = tl.load(ptr + offsets, mask=strided_mask(row_ok, groups, steps, seq_len, SHIFT), other=other)
+        if row_ok is None and SHIFT == 0:
+            values = tl.load(ptr + offsets)
+        else:
+            values = tl.load(ptr + offsets, mask=strided_mask(row_ok, groups, steps, seq_len, SHIFT), other=other)
     else:
         steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC) + SHIFT
-        mask = step_mask(row_ok, steps, seq_len, VEC)
-        values = tl.load(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride, mask=mask,
-                         other=other)
+        offsets = row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride
+        if row_ok is None and SHIFT == 0:
+            values = tl.load(ptr + offsets)
+        else:
+            values = tl.load(ptr + offsets, mask=step_mask(row_ok, steps, seq_len, VEC), other=other)
     if FLAG:
         return (values != 0).to(DTYPE)
     return values.to(DTYPE)
@@ -864,9 +897,12 @@ def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, valu
     if STRIDED:
         groups = chunk_groups(chunk, BLOCK_TIME, BACKWARD, VEC)
         offsets, steps = strided_offsets(rows, row_stride, groups, time_stride, 0, VEC, STRIDED)
-        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=strided_mask(row_ok, groups, steps, seq_len, 0))
     else:
         steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
-        mask = step_mask(row_ok, steps, seq_len, VEC)
-        tl.store(ptr + row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride,
-                 values.to(ptr.dtype.element_ty), mask=mask)
+        offsets = row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride
+    if row_ok is None:
+        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty))
+    elif STRIDED:
+        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=strided_mask(row_ok, groups, steps, seq_len, 0))
+    else:
+        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=step_mask(row_ok, steps, seq_len, VEC))

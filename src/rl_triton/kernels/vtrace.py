@@ -10,6 +10,7 @@ from rl_triton.kernels.scan import (
     direct_scan,
     in_processing_order,
     in_processing_order_code,
+    in_range,
     load_chunk,
     scan_chunk_with_previous,
     scan_program,
@@ -52,6 +53,10 @@ def vtrace_load(args, CONSTS: tl.constexpr, chunk, steps):
     SHIFT_IN_REGISTERS: tl.constexpr = CONSTS[6]
     STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, last_value, _, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, _, _ = (
         pointers)
     (s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time, s_rewards_row,
@@ -70,6 +75,7 @@ def vtrace_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     not_done) with vs - V = A + B * carry in and its value one step later A_next + B_next * carry in."""
     VEC: tl.constexpr = CONSTS[5]
     BACKWARD_LANES: tl.constexpr = not in_processing_order(CONSTS[7])
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
     discount, rho_clip, c_clip = args[3]
     log_target, log_behavior, reward, value, terminated, truncated, value_next = inputs
     ratio = tl.exp(log_target - log_behavior)
@@ -84,7 +90,8 @@ def vtrace_scan(args, CONSTS: tl.constexpr, inputs, mask, carry):
     not_done = tl.where((terminated != 0) | (truncated != 0), 0.0, 1.0)
     delta = rho * (reward + discount * value_next * tl.where(terminated != 0, 0.0, 1.0) - value)
     decay = discount * trace * not_done
-    scan_a, scan_b, next_a, next_b = scan_chunk_with_previous(tl.where(mask, delta, 0.0), tl.where(mask, decay, 1.0),
+    scan_a, scan_b, next_a, next_b = scan_chunk_with_previous(in_range(mask, delta, 0.0, WHOLE_TILES),
+                                                              in_range(mask, decay, 1.0, WHOLE_TILES),
                                                               BACKWARD_LANES, VEC, carry)
     return scan_a, scan_b, next_a, next_b, delta, rho, not_done
 
@@ -97,6 +104,10 @@ def vtrace_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
     VEC: tl.constexpr = CONSTS[5]
     STRIDED: tl.constexpr = CONSTS[7]
     pointers, strides, _, scalars, rows, row_ok, seq_len = args
+    WHOLE_TILES: tl.constexpr = CONSTS[8]
+    if WHOLE_TILES:
+        # no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     scan_a, scan_b, next_a, next_b, delta, rho, not_done = scanned
     correction = carried(scan_a, scan_b, carry, VEC)
     correction_next = carried(next_a, next_b, carry, VEC)
@@ -122,6 +133,7 @@ def vtrace_kernel(
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
+    WHOLE_TILES: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
@@ -136,6 +148,9 @@ def vtrace_kernel(
          s_out_time),
         last_value, (tl.cast(gamma, DTYPE), tl.cast(rho_bar, DTYPE), tl.cast(c_bar, DTYPE)), rows, row_ok, seq_len,
     )
+    if WHOLE_TILES:
+        # every tile in range: no in-range masks (kernels/scan.py: tile_rows)
+        row_ok = None
     # values[t+1] moved in registers except in walked segments, as in gae_kernel
     shift_in_registers: tl.constexpr = not WALK
     # DIRECT: the chunks of a whole-row walk recur from their carry (scan_program), strided groups in
@@ -143,8 +158,8 @@ def vtrace_kernel(
     direct: tl.constexpr = direct_scan(DIRECT, VEC, SPLIT, WALK)
     strided: tl.constexpr = in_processing_order_code(STRIDED_GROUPS, direct)
     scan_program(vtrace_load, vtrace_load, vtrace_scan, vtrace_store, args,
-                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided),
-                 tl.zeros([BLOCK_ROWS], DTYPE),
-                 row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
-                 aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct,
-                 in_processing_order(strided))
+                 (HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, shift_in_registers, strided,
+                  WHOLE_TILES),
+                 tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
+                 seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
+                 PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided))
