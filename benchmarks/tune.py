@@ -225,8 +225,8 @@ def plan_override(plan: str) -> dict:
     chunk per program), ``fN`` the first of Retrace's two passes reads flat blocks of N values (``f0``:
     ``[steps, actions]`` tiles), ``gN`` strided time-major tiles of N neighbouring rows per thread (1, 2: row pairs, or 4; ``q1``/``q0``
     are ``g2``/``g1``), ``d1``/``d0`` grouped programs that walk whole rows recur from each chunk's carry / build
-    every step's map (``TilePlan.direct``), ``u0`` tiles take in-range masks even where the rows and steps fill
-    whole tiles (``_launch._meta``: WHOLE_TILES)."""
+    every step's map (``TilePlan.direct``), ``u1``/``u0`` tiles leave out / keep in-range masks where the rows and
+    steps fill whole tiles (``TilePlan.whole_tiles``)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):

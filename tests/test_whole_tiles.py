@@ -2,6 +2,7 @@
 take WHOLE_TILES (GAE, V-trace, lambda- and discounted returns, eligibility traces, prefix sums) read,
 scan and write every tile without in-range masks (``kernels/scan.py: tile_rows``).
 
+Plans take whole tiles where they were measured faster (``TilePlan.whole_tiles``); tests force them.
 Every such kernel is checked against the float64 oracle at shapes of whole tiles, in each way a
 program walks: whole rows building maps and scanning directly (whose prefetch after a row's last
 chunk reads that chunk again instead of nothing), a time split of one chunk a program, and walked
@@ -22,11 +23,11 @@ from test_walk import run
 # rows x steps of whole tiles for every plan below: 8 rows of 4-row tiles, 128 steps of 16-step chunks
 WHOLE = (8, 128)
 PLANS = {
-    "maps": {"block_rows": 4, "block_time": 16, "split": False, "vec": 4, "direct": False},
-    "direct": {"block_rows": 4, "block_time": 16, "split": False, "vec": 4, "direct": True},
-    "split": {"block_rows": 4, "block_time": 16, "split": True, "walk_programs": 0, "vec": 4},
+    "maps": {"block_rows": 4, "block_time": 16, "split": False, "vec": 4, "direct": False, "whole_tiles": True},
+    "direct": {"block_rows": 4, "block_time": 16, "split": False, "vec": 4, "direct": True, "whole_tiles": True},
+    "split": {"block_rows": 4, "block_time": 16, "split": True, "walk_programs": 0, "vec": 4, "whole_tiles": True},
     # segments of 4 chunks of 8 steps
-    "walk": {"block_rows": 4, "block_time": 8, "split": True, "walk_programs": 2, "vec": 2},
+    "walk": {"block_rows": 4, "block_time": 8, "split": True, "walk_programs": 2, "vec": 2, "whole_tiles": True},
 }
 
 pytestmark = pytest.mark.usefixtures("four_multiprocessors")
@@ -52,7 +53,7 @@ def test_whole_tiles_time_major(name, plan, make_rollout):
 def test_whole_tiles_bf16_values_with_uint8_flags_in_row_pairs(name, make_rollout):
     # the default tiles of bf16 [T, N] buffers: 32 rows of 64-step chunks, row pairs, direct scans
     ro = make_rollout(32, 128, dtype=torch.bfloat16, flag_dtype=torch.uint8)
-    out, expected = run(name, ro, tile={**TIME_MAJOR["pairs"], "direct": True}, time_major=True)
+    out, expected = run(name, ro, tile={**TIME_MAJOR["pairs"], "direct": True, "whole_tiles": True}, time_major=True)
     assert_outputs_rel(out, expected, HALF_TOLERANCE)
 
 
@@ -75,6 +76,34 @@ def test_whole_tiles_exactly_where_rows_and_steps_divide(monkeypatch, shape, who
         assert seen["WHOLE_TILES"] is whole
         seen = recorded_meta(monkeypatch, _launch.episodic_scan, torch.empty(shape), x, flags, None, 1.0, True)
         assert seen["WHOLE_TILES"] is whole
-    with _launch.tile_override(**PLANS["direct"], whole_tiles=False):
+    with _launch.tile_override(**{**PLANS["direct"], "whole_tiles": False}):
         assert recorded_meta(monkeypatch, _launch.gae, torch.empty(shape), x, x, flags, None, 0.99, 0.95, None,
                              x[:, 0])["WHOLE_TILES"] is False
+
+
+def gae_meta(monkeypatch, rows, steps, dtype, time_major):
+    x = torch.empty(steps, rows, dtype=dtype).t() if time_major else torch.empty(rows, steps, dtype=dtype)
+    flags = torch.zeros(x.shape, dtype=torch.uint8)
+    return recorded_meta(monkeypatch, _launch.gae, torch.empty_like(x), x, x, flags, None, 0.99, 0.95, None, x[:, 0])
+
+
+def vtrace_meta(monkeypatch, rows, steps, dtype, time_major):
+    x = torch.empty(steps, rows, dtype=dtype).t() if time_major else torch.empty(rows, steps, dtype=dtype)
+    flags = torch.zeros(x.shape, dtype=torch.uint8)
+    return recorded_meta(monkeypatch, _launch.vtrace, torch.empty_like(x), torch.empty_like(x), x, x, x, x, flags,
+                         None, 0.99, 1.0, 1.0, None, x[:, 0])
+
+
+def test_default_plans_take_whole_tiles_where_measured(monkeypatch):
+    bf16, f32 = torch.bfloat16, torch.float32
+    # bf16 values stored [T, N] from 4096 to 16383 rows, but V-trace's
+    assert gae_meta(monkeypatch, 4096, 128, bf16, True)["WHOLE_TILES"] is True
+    assert vtrace_meta(monkeypatch, 4096, 128, bf16, True)["WHOLE_TILES"] is False
+    assert gae_meta(monkeypatch, 16384, 128, bf16, True)["WHOLE_TILES"] is False
+    assert gae_meta(monkeypatch, 4096, 128, f32, True)["WHOLE_TILES"] is False
+    # batch-major whole rows of bf16 values in GAE and V-trace, not of float32
+    assert gae_meta(monkeypatch, 256, 512, bf16, False)["WHOLE_TILES"] is True
+    assert vtrace_meta(monkeypatch, 256, 512, bf16, False)["WHOLE_TILES"] is True
+    assert gae_meta(monkeypatch, 256, 512, f32, False)["WHOLE_TILES"] is False
+    # whole tiles only: steps of no whole number of chunks keep their masks
+    assert gae_meta(monkeypatch, 256, 500, bf16, False)["WHOLE_TILES"] is False

@@ -165,6 +165,14 @@ _TIME_MAJOR_WALK_PLAN_WARPS = 2
 _TIME_MAJOR_SHORT_WALK = (32, 16)
 
 
+def _rows_in(ranges: tuple[tuple[int, int] | None, tuple[int, int] | None], num_rows: int,
+             element_bytes: int | None) -> bool:
+    """Whether ``num_rows`` lies in the range [first, end) given for 2-byte steps (``ranges[0]``) or for
+    4-byte steps (``ranges[1]``), whichever ``element_bytes`` names; None: no row count."""
+    rows = {2: ranges[0], 4: ranges[1]}.get(element_bytes)
+    return rows is not None and rows[0] <= num_rows < rows[1]
+
+
 @dataclasses.dataclass(frozen=True)
 class StridedTimeMajor:
     """Time-major tiles read in strided groups: ``vec`` steps of one row per thread, each step loaded
@@ -204,12 +212,18 @@ class StridedTimeMajor:
     # the row counts [first, end) of calls of 2-byte and of 4-byte steps whose tiles walk whole rows by
     # direct scans (TilePlan.direct); None: never
     direct_rows: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
+    # the same for tiles that leave out in-range masks where a call's rows and steps fill whole tiles
+    # (TilePlan.whole_tiles)
+    whole_rows: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
 
     def direct(self, num_rows: int, element_bytes: int | None) -> bool:
         """Whether the tiles of a call of ``num_rows`` rows whose widest step takes ``element_bytes``
         recur directly through each chunk (they walk whole rows)."""
-        rows = {2: self.direct_rows[0], 4: self.direct_rows[1]}.get(element_bytes)
-        return rows is not None and rows[0] <= num_rows < rows[1]
+        return _rows_in(self.direct_rows, num_rows, element_bytes)
+
+    def whole(self, num_rows: int, element_bytes: int | None) -> bool:
+        """Whether the tiles of such a call leave out in-range masks where they are whole."""
+        return _rows_in(self.whole_rows, num_rows, element_bytes)
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, int]:
@@ -277,7 +291,19 @@ _WIDE_WALK_ELEMENT_BYTES = 4
 # multiprocessor, instead of 16 x 64 with the kernel's walk plan (-run27-tm-walks.txt, 64x2^18): GAE
 # 54.0 -> 66.3, with truncations 54.3 -> 73.5, V-trace 51.8 -> 69.4, lambda-returns 68.8 -> 77.2,
 # discounted returns 55.4 -> 65.0, eligibility traces and prefix sums 61 -> 60.
-STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16)
+# Whole tiles without in-range masks (kernels/scan.py: tile_rows) against the same tiles masked, measured
+# on an H200, % of the copy ceiling, 3 input sets (benchmarks/results/h200-2026-12-03-run31-whole-ab.txt, one
+# run; -run31-whole-ab2.txt repeats some cells three times), at 4096x4096 / 8192x2048 / 16384x512, masked ->
+# whole:
+# - bf16 values with uint8 flags stored [T, N]: GAE 63.9 / 79.5 / 69.3 -> 64.6 / 79.6 / 71.6, with truncations
+#   51.3 / 74.7 / 65.9 -> 57.8 / 78.3 / 65.5, lambda-returns 52.7 / 65.1 / 70.1 -> 54.8 / 69.3 / 68.3,
+#   discounted returns 50.3 / 64.8 / 64.1 -> 53.8 / 67.8 / 64.2, eligibility traces 47.7 / 65.0 / 62.8 ->
+#   52.3 / 65.6 / 60.9, prefix sums 48.6 / 65.0 / 63.0 -> 52.5 / 67.8 / 61.0; in the repeats eligibility
+#   traces and prefix sums gained 3-5 points at 4096x4096 and lost 2-4 at 16384x512 in each. V-trace lost
+#   62.5 / 60.3 / 63.2 -> 60.0 / 56.7 / 63.1 (60.6-60.8 against 61.9-63.3 at 4096x4096 in the repeats).
+# - float32 stored [T, N]: within 2 points but prefix sums at 16384x512, 82.7-83.6 -> 74.0-75.7 in the repeats.
+# So tiles of 2-byte steps from 4096 to 16383 rows take whole tiles, but V-trace's.
+STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16, whole_rows=((4096, 16384), None))
 # Direct scans (kernels/scan.py: recur_in_thread) against every step's map, measured on an H200 at 4096,
 # 8192 and 16384 rows (4096x4096, 8192x2048, 16384x512), % of the copy ceiling, 3 input sets
 # (benchmarks/results/h200-2026-12-03-run30-direct-sweep.txt, one run; the final plans against maps in
@@ -348,6 +374,15 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
+# Batch-major whole rows without in-range masks where the rows and steps fill whole tiles, against the same
+# tiles masked, on an H200, % of the copy ceiling at 16384x512 / 4096x4096, masked -> whole
+# (benchmarks/results/h200-2026-12-03-run31-whole-ab.txt, one run; the repeats in -run31-whole-ab2.txt):
+# bf16 values with uint8 flags, GAE 74.8 / 77.2 -> 77.0 / 79.1, with truncations 80.5 / 87.1 -> 83.9 / 87.0,
+# V-trace 86.0 / 79.6 -> 89.0 / 86.0, with truncations 89.1 / 87.0 -> 89.2 / 88.8; those of float32 steps
+# lost (GAE 90.2-92.2 -> 81.8-84.7 at 16384x512 in the repeats, with truncations 97.1-98.6 -> 94.4-96.0 at
+# 4096x4096, walks at 8x2^21 82.5 -> 76.8) or moved within 3 points. The other kernels were not measured on
+# bf16 batch-major rows: they keep their masks.
+_NARROW_WHOLE_ROWS = True
 # rows of no whole number of groups take the strided plans (read step by step) from this many rows
 _PARTIAL_GROUPS_STRIDED_MIN_ROWS = 4096
 _NARROW_STRIDED_TILE_ROWS = 16
@@ -467,6 +502,9 @@ class TilePlan:
     # grouped programs that walk whole rows recur through each chunk from its carry instead of building
     # every step's map (kernels/scan.py: recur_in_thread), in the kernels that can
     direct: bool = False
+    # tiles leave out in-range masks where a call's rows fill whole row tiles and its steps whole chunks
+    # (kernels/scan.py: tile_rows), in the kernels that can
+    whole_tiles: bool = False
 
     @property
     def walk(self) -> bool:
@@ -544,8 +582,8 @@ def tile_override(
     (row pairs) or 4 neighbouring rows per thread (``kernels/scan.py: strided_offsets``) where the tile has
     a run for every thread and 16 runs across, and the launch's tensors allow it (``_grouped_meta``); one
     row per thread otherwise; ``direct``: grouped programs that walk whole rows recur from each chunk's
-    carry (``TilePlan.direct``), or build every step's map; ``whole_tiles=False``: tiles take in-range
-    masks even where a call's rows and steps fill whole tiles (``_meta``).
+    carry (``TilePlan.direct``), or build every step's map; ``whole_tiles``: the tiles of the kernels that can
+    leave out in-range masks where a call's rows and steps fill whole tiles, or keep them (``TilePlan.whole_tiles``).
     """
     global _override
     previous = _override
@@ -586,6 +624,7 @@ def plan_tiles(
     walk_register_cap: bool = True,
     time_major_walk: tuple[int, int] | None = None,
     strided_time_major: StridedTimeMajor | None = None,
+    narrow_whole_rows: bool = False,
 ) -> TilePlan:
     """Tile shape, warps and whether to split time, for one call.
 
@@ -614,11 +653,13 @@ def plan_tiles(
     steps, warps per multiprocessor) of time-major walked segments (None: 64 steps, as many warps as
     ``walk_split``'s programs of 2 warps). ``strided_time_major``: the tiles of time-major calls read in
     strided groups (``kernels/scan.py: strided_offsets``), for kernels that can (None: step by step).
+    ``narrow_whole_rows``: batch-major programs of 2-byte steps that walk whole rows leave out in-range
+    masks where the rows and steps fill whole tiles (``TilePlan.whole_tiles``).
     """
     args = (num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
             max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
             time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split, walk_register_cap,
-            time_major_walk, strided_time_major)
+            time_major_walk, strided_time_major, narrow_whole_rows)
     if _override is _NO_OVERRIDE:
         return _default_plan(*args)
     return _plan(*args)
@@ -633,13 +674,13 @@ def _default_plan(
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
     long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
-    strided_time_major: StridedTimeMajor | None,
+    strided_time_major: StridedTimeMajor | None, narrow_whole_rows: bool,
 ) -> TilePlan:
     # planning costs more host time than a launch; calls repeat the same shapes
     return _plan(num_rows, seq_len, time_major, device, heavy, max_block_time, element_bytes, single_chunk_steps,
                  max_warps, time_major_tile, split_block_time, split_max_registers, one_row_tile_split, walk_split,
                  time_major_many_rows, packed_tile_elements, narrow_steps_per_warp, long_walk_split,
-                 walk_register_cap, time_major_walk, strided_time_major)
+                 walk_register_cap, time_major_walk, strided_time_major, narrow_whole_rows)
 
 
 def _time_major_tile(
@@ -665,7 +706,7 @@ def _plan(
     walk_split: tuple[int, int] | None, time_major_many_rows: tuple[int, int, int] | None,
     packed_tile_elements: int, narrow_steps_per_warp: tuple[int, int] | None,
     long_walk_split: tuple[int, int] | None, walk_register_cap: bool, time_major_walk: tuple[int, int] | None,
-    strided_time_major: StridedTimeMajor | None,
+    strided_time_major: StridedTimeMajor | None, narrow_whole_rows: bool,
 ) -> TilePlan:
     rows_pow2, time_pow2 = triton.next_power_of_2(num_rows), triton.next_power_of_2(seq_len)
     walk_block_time, walk_programs = walk_split or (0, 0)
@@ -815,12 +856,18 @@ def _plan(
     else:
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
-    direct = (strided_tile and not split and _override.block_rows is None and _override.block_time is None
-              and strided_time_major.direct(num_rows, element_bytes))
+    default_tiles = not split and _override.block_rows is None and _override.block_time is None
+    direct = default_tiles and strided_tile and strided_time_major.direct(num_rows, element_bytes)
     if _override.direct is not None:
         direct = _override.direct
+    if strided_tile:
+        whole_tiles = default_tiles and strided_time_major.whole(num_rows, element_bytes)
+    else:
+        whole_tiles = default_tiles and not time_major and narrow_whole_rows and element_bytes == 2
+    if _override.whole_tiles is not None:
+        whole_tiles = _override.whole_tiles
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, True, segment_chunks, strided_groups, rows_per_thread, direct)
+                    max_registers, True, segment_chunks, strided_groups, rows_per_thread, direct, whole_tiles)
 
 
 def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
@@ -1170,8 +1217,8 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, shape: tuple[i
         if plan.strided_groups:
             meta["STRIDED_GROUPS"] = True if plan.rows_per_thread == 1 else plan.rows_per_thread
         meta["DIRECT"] = plan.direct
-        meta["WHOLE_TILES"] = (shape[0] % plan.block_rows == 0 and shape[1] % plan.block_time == 0
-                               and _override.whole_tiles is not False)
+        meta["WHOLE_TILES"] = (plan.whole_tiles and shape[0] % plan.block_rows == 0
+                               and shape[1] % plan.block_time == 0)
     return meta
 
 
@@ -1200,7 +1247,8 @@ def gae(
                       time_major_many_rows=_GAE_HEAVIER_TIME_MAJOR_MANY_ROWS if heavier else _LIGHT_TIME_MAJOR_MANY_ROWS,
                       time_major_walk=_TIME_MAJOR_SHORT_WALK if truncateds is not None else None,
                       strided_time_major=(GAE_TRUNCATED_STRIDED_TIME_MAJOR if truncateds is not None
-                                          else GAE_STRIDED_TIME_MAJOR))
+                                          else GAE_STRIDED_TIME_MAJOR),
+                      narrow_whole_rows=_NARROW_WHOLE_ROWS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
@@ -1248,7 +1296,7 @@ def vtrace(
                       time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
                       narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP,
-                      strided_time_major=VTRACE_STRIDED_TIME_MAJOR)
+                      strided_time_major=VTRACE_STRIDED_TIME_MAJOR, narrow_whole_rows=_NARROW_WHOLE_ROWS)
     status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
