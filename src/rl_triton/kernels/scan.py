@@ -36,6 +36,10 @@ A program that walks whole rows knows the carry into each chunk before it scans 
 may scan directly (``recur_in_thread``: each group recurs from its carry, one multiply-add a step)
 instead of building every step's map; the plans take that where it was measured faster.
 
+Where a call's rows fill whole row tiles and its steps whole chunks, a kernel told WHOLE_TILES reads,
+scans and writes its tiles without in-range masks (``tile_rows``); the plans take that where it was
+measured faster.
+
 A program that walks several chunks (``PREFETCH``) issues the loads of chunk ``i + 1`` before it
 scans chunk ``i``: Triton does not pipeline loads that feed registers, and without this every
 program waits for its loads, then computes, in lock step with all others (measured on an H200:
