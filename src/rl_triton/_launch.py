@@ -299,9 +299,9 @@ _WIDE_WALK_ELEMENT_BYTES = 4
 #   51.3 / 74.7 / 65.9 -> 57.8 / 78.3 / 65.5, lambda-returns 52.7 / 65.1 / 70.1 -> 54.8 / 69.3 / 68.3,
 #   discounted returns 50.3 / 64.8 / 64.1 -> 53.8 / 67.8 / 64.2, eligibility traces 47.7 / 65.0 / 62.8 ->
 #   52.3 / 65.6 / 60.9, prefix sums 48.6 / 65.0 / 63.0 -> 52.5 / 67.8 / 61.0; in the repeats eligibility
-#   traces and prefix sums gained 3-5 points at 4096x4096 and lost 2-4 at 16384x512 in each. V-trace lost
-#   62.5 / 60.3 / 63.2 -> 60.0 / 56.7 / 63.1 (60.6-60.8 against 61.9-63.3 at 4096x4096 in the repeats).
-# - float32 stored [T, N]: within 2 points but prefix sums at 16384x512, 82.7-83.6 -> 74.0-75.7 in the repeats.
+#   traces and prefix sums gained 2.5-5.5 points at 4096x4096 and lost 1.5-5.5 at 16384x512 in each.
+#   V-trace lost 62.5 / 60.3 / 63.2 -> 60.0 / 56.7 / 63.1 (61.9-63.3 -> 60.1-60.8 at 4096x4096 in the repeats).
+# - float32 stored [T, N]: within 3 points but prefix sums at 16384x512, 82.7-83.6 -> 74.0-75.7 in the repeats.
 # So tiles of 2-byte steps from 4096 to 16383 rows take whole tiles, but V-trace's.
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16, whole_rows=((4096, 16384), None))
 # Direct scans (kernels/scan.py: recur_in_thread) against every step's map, measured on an H200 at 4096,
