@@ -330,22 +330,22 @@ def retrace_launch_meta(monkeypatch, num_actions: int, rows: int = 64, seq_len: 
         return retrace_launches(num_actions, rows, seq_len, torch.bfloat16)["retrace_kernel"]
 
 
-def test_retrace_fused_warps_of_large_action_groups():
-    """Fused rows of 128-1024 steps in one chunk take 4 warps with one group of 32 actions (17 or more), one
-    warp per 128 steps with fewer actions, and whatever tile_override names."""
-    def warps(num_actions, rows, seq_len):
+def test_retrace_fused_rows_of_128_steps_with_large_action_groups():
+    """Fused rows of 65-128 steps hold one step per thread (4 warps) with one group of 32 actions (17 or more);
+    fewer actions and other rows keep one warp per 128 steps in vectors; tile_override wins."""
+    def tile(num_actions, rows, seq_len):
         launches = retrace_launches(num_actions, rows, seq_len, torch.float32)
         assert list(launches) == ["retrace_scan_kernel"] and launches["retrace_scan_kernel"]["REDUCE"]
-        return launches["retrace_scan_kernel"]["num_warps"]
+        meta = launches["retrace_scan_kernel"]
+        return meta["num_warps"], meta["VEC"]
 
-    assert [warps(18, 64, seq_len) for seq_len in (128, 200, 512, 1024)] == [4, 4, 4, 4]
-    assert warps(40, 64, 128) == 4
-    assert [warps(16, 64, seq_len) for seq_len in (128, 512, 1024)] == [1, 4, 8]
-    assert [warps(4, 64, seq_len) for seq_len in (128, 1024)] == [1, 8]
-    # shorter rows, packed several to a program, keep their warps
-    assert warps(18, 64, 32) == warps(4, 64, 32)
+    assert tile(18, 64, 128) == tile(18, 64, 100) == tile(40, 64, 128) == (4, 1)
+    assert tile(16, 64, 128) == tile(4, 64, 128) == (1, 4)
+    assert [tile(18, 64, seq_len) for seq_len in (256, 512, 1024)] == [(2, 4), (4, 4), (8, 4)]
+    # shorter rows, packed several to a program, keep their tiles
+    assert tile(18, 64, 32) == tile(4, 64, 32)
     with _launch.tile_override(num_warps=1):
-        assert warps(18, 64, 128) == 1
+        assert tile(18, 64, 128) == (1, 4)
 
 
 def test_retrace_kernels_by_shape_and_output_dtype():

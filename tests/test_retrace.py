@@ -84,6 +84,13 @@ def test_num_actions(backend, dtype, num_actions, make_rollout):
     assert_outputs_rel(compute_retrace(**retrace_kwargs(ro)), oracle(ro), TOLERANCE[dtype])
 
 
+# rows of 65-128 steps with 17 or more actions: one step per thread in the fused kernel (_launch.retrace)
+@pytest.mark.parametrize("rows, seq_len", [(5, 128), (2, 100)])
+def test_one_chunk_rows_of_many_actions(backend, rows, seq_len, make_rollout):
+    ro = make_rollout(rows, seq_len, dtype=torch.float32, num_actions=18)
+    assert_outputs_rel(compute_retrace(**retrace_kwargs(ro)), oracle(ro), TOLERANCE[torch.float32])
+
+
 @pytest.mark.parametrize(
     "gamma, lambda_, c_bar, rho_bar",
     [

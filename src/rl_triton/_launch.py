@@ -1463,16 +1463,14 @@ _RETRACE_SCAN_WALK = (256, 8)
 # values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
 # of a walked segment in the scan of two passes)
 _RETRACE_FUSED_WARP_VALUES = 512
-# Fused programs of one group of 32 actions (17-32 actions, or more in several groups) over rows of 128-1024
-# steps in one chunk take 4 warps, instead of one per 128 steps. Measured on an H200, 18 actions, float32,
-# % of the copy ceiling, 3 input sets (benchmarks/results/h200-2026-12-03-run32-retrace-warps.txt, two runs;
-# -run32-retrace-plans.txt one more): 4096x128, 1 warp (the plan before) -> 2 / 4 / 8 warps: 69.8 / 69.7 ->
-# 72.9 / 72.9, 75.1 / 74.2, 66.6 / 66.2 (69.3 -> 74.0 in the third run); 512x1024, 8 warps (before) -> 4 / 16:
-# 67.1 / 65.2 -> 70.1 / 67.5, 48.4 / 47.1. Rows of 512 steps took 4 warps already; fewer actions, 16-bit
-# inputs and shorter rows were not measured and keep one warp per 128 steps.
-_RETRACE_FUSED_GROUP_WARPS = 4
-_RETRACE_FUSED_GROUP_WARPS_MIN_ACTIONS = 16
-_RETRACE_FUSED_GROUP_WARPS_MIN_STEPS = 128
+# Fused programs of one group of 32 actions (17-32 actions, or more in several groups) over rows of 65-128
+# steps hold one step per thread (4 warps, no vectors) instead of 4 steps in one warp. Measured on an H200, 18
+# actions, float32, % of the copy ceiling, 3 input sets (benchmarks/results/h200-2026-12-03-run32-retrace-*.txt):
+# 4096x128 69.3 / 69.8 / 69.7 -> 74.0 / 75.1 / 74.2 in three runs, and RUN4. Four warps of 4-step vectors
+# read less (66.9 / 68.4 against 71.0 / 73.9), as did 4 warps at 256-1024 steps (2048x256 67.3 / 70.4 against
+# 72.6 / 73.6 with 2 warps; 512x1024 66.8 / 67.1 against 70.8 / 71.4 with 8); those keep one warp per 128 steps.
+_RETRACE_FUSED_ONE_STEP_ROWS = 128
+_RETRACE_FUSED_ONE_STEP_MIN_ACTIONS = 16
 _RETRACE_REDO_WARP_VALUES = 128
 
 
@@ -1540,9 +1538,10 @@ def _retrace_kernels(
             # actions 4096x128 68.0 -> 68.9, 512x1024 63.8 -> 70.5, 16384x512 80.2 -> 89.7. bf16 values
             # with uint8 flags (-run10-retrace-bf16-plans.txt): 16384x512 58.7 -> 74.7 (4 actions) and
             # 56.3 -> 67.6 (18) with the same plan.
-            if (num_actions > _RETRACE_FUSED_GROUP_WARPS_MIN_ACTIONS and element_bytes == 4 and plan.num_chunks == 1
-                    and plan.block_time >= _RETRACE_FUSED_GROUP_WARPS_MIN_STEPS and _override.num_warps is None):
-                plan = dataclasses.replace(plan, num_warps=_RETRACE_FUSED_GROUP_WARPS)
+            if (num_actions > _RETRACE_FUSED_ONE_STEP_MIN_ACTIONS and element_bytes == 4 and plan.num_chunks == 1
+                    and plan.block_rows == 1 and plan.block_time == _RETRACE_FUSED_ONE_STEP_ROWS
+                    and _override.num_warps is None and _override.vec is None):
+                plan = dataclasses.replace(plan, num_warps=plan.block_time // 32, vec=1)
             return "fused", halves, plan
     # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
     # takes V-trace's time-major tiles. Measured on an H200, the second pass alone, % of the copy
