@@ -1465,10 +1465,11 @@ _RETRACE_SCAN_WALK = (256, 8)
 _RETRACE_FUSED_WARP_VALUES = 512
 # Fused programs of one group of 32 actions (17-32 actions, or more in several groups) over rows of 65-128
 # steps hold one step per thread (4 warps, no vectors) instead of 4 steps in one warp. Measured on an H200, 18
-# actions, float32, % of the copy ceiling, 3 input sets (benchmarks/results/h200-2026-12-03-run32-retrace-*.txt):
-# 4096x128 69.3 / 69.8 / 69.7 -> 74.0 / 75.1 / 74.2 in three runs, and RUN4. Four warps of 4-step vectors
-# read less (66.9 / 68.4 against 71.0 / 73.9), as did 4 warps at 256-1024 steps (2048x256 67.3 / 70.4 against
-# 72.6 / 73.6 with 2 warps; 512x1024 66.8 / 67.1 against 70.8 / 71.4 with 8); those keep one warp per 128 steps.
+# actions, float32, % of the copy ceiling, 3 input sets, plans measured in the order new, old, new, old
+# (benchmarks/results/h200-2026-12-03-run32-retrace-ab.txt, two runs): 4096x128 70.9 / 72.9 / 73.7 / 73.0 and
+# 71.7 / 73.6 / 74.5 / 73.4 (the plan measured first reads 2-3 points low at this shape), 8192x128 83.1 / 81.2 /
+# 83.4 / 81.0 and 83.6 / 81.5 / 84.1 / 81.6. Four warps of 4-step vectors were not faster at 128, 256 or 1024
+# steps (-run32-retrace-vectors.txt, -run32-retrace-warps.txt): those rows keep one warp per 128 steps.
 _RETRACE_FUSED_ONE_STEP_ROWS = 128
 _RETRACE_FUSED_ONE_STEP_MIN_ACTIONS = 16
 _RETRACE_REDO_WARP_VALUES = 128
