@@ -39,6 +39,7 @@ float32 issues 2.3-3.7 (benchmarks/NOTES.md, "Twenty-ninth round").
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import dataclasses
 import itertools
@@ -46,6 +47,7 @@ import json
 import math
 import os
 import re
+import struct
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -293,6 +295,7 @@ def compile_every_launch() -> tuple[int, list[str]]:
               for rows, steps in AUTOGRAD_SHAPES for name, call in autograd_calls(rows, steps).items()]
     seen: set[str] = set()
     failures: list[str] = []
+    compiled_launches: list[tuple[str, Launch, bytes]] = []
     for label, call in calls:
         for launch in record_launches(call):
             signature, constants, attributes, options = compile_options(launch)
@@ -306,10 +309,12 @@ def compile_every_launch() -> tuple[int, list[str]]:
             except Exception as error:  # noqa: BLE001 - every failure is reported, then the run fails
                 failures.append(f"{label}: {launch.kernel.__name__}: {type(error).__name__}: {error}"[:600])
                 continue
-            guarded = guarded_warp_collectives(compiled.asm["cubin"])
-            if guarded:
-                failures.append(f"{label}: {launch.kernel.__name__} {launch.meta}: warp-collective instructions under a "
-                                f"guard predicate: {'; '.join(guarded[:4])}"[:600])
+            compiled_launches.append((label, launch, compiled.asm["cubin"]))
+    cubins = [cubin for _, _, cubin in compiled_launches]
+    for (label, launch, _), guarded in zip(compiled_launches, guarded_warp_collectives(cubins), strict=True):
+        if guarded:
+            failures.append(f"{label}: {launch.kernel.__name__} {launch.meta}: warp-collective instructions under a "
+                            f"guard predicate: {'; '.join(guarded[:4])}"[:600])
     return len(seen), failures
 
 
@@ -317,26 +322,63 @@ def compile_every_launch() -> tuple[int, list[str]]:
 _WARP_COLLECTIVE = re.compile(r"/\*[0-9a-f]+\*/\s+@!?U?P(?!T\b)\w+\s+(REDUX|VOTEU?|SHFL|MATCH|WARPSYNC|BAR|LDSM|STSM)\b")
 
 
-def guarded_warp_collectives(cubin: bytes) -> list[str]:
-    """The warp-collective instructions of a cubin that carry a guard predicate, from nvdisasm.
+def guarded_warp_collectives(cubins: list[bytes]) -> list[list[str]]:
+    """The warp-collective instructions of each cubin that carry a guard predicate, from nvdisasm.
 
     A tripwire: in a look-back variant whose time-major V-trace calls gave wrong results on an H200,
     ptxas had turned a warp reduction under a uniform condition into a ``REDUX`` guarded by a
     predicate set from the lane index (benchmarks/NOTES.md, "Twentieth round"). No launch of the
     current kernels holds a guarded warp-collective instruction at all, so a new one is reported
     for inspection (a guard that is uniform across the warp would be harmless).
+
+    One nvdisasm process reads the code of every cubin as one raw instruction stream: it takes about
+    0.5 s to start, as long as disassembling a whole cubin takes, so two hundred cubins one at a time
+    cost minutes of a CPU. Raw instructions print as in a cubin's disassembly, without its labels.
     """
-    return [" ".join(line.split()) for line in _disassemble(cubin).splitlines() if _WARP_COLLECTIVE.search(line)]
+    codes = [_code(cubin) for cubin in cubins]
+    starts = list(itertools.accumulate((len(code) for code in codes[:-1]), initial=0))
+    found: list[list[str]] = [[] for _ in cubins]
+    if not any(codes):
+        return found
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "code.bin")
+        with open(path, "wb") as file:
+            file.write(b"".join(codes))
+        sass = subprocess.run([_nvidia_tool("nvdisasm"), "--binary", "SM90a", "--no-dataflow", path],
+                              capture_output=True, text=True, check=True).stdout
+    for line in sass.splitlines():
+        if (offset := _OFFSET.match(line)) and _WARP_COLLECTIVE.search(line):
+            found[bisect.bisect_right(starts, int(offset.group(1), 16)) - 1].append(" ".join(line.split()))
+    return found
+
+
+_OFFSET = re.compile(r"^\s+/\*([0-9a-f]+)\*/")
+
+
+def _code(cubin: bytes) -> bytes:
+    """The instructions of a cubin (an ELF64 file): its ``.text.*`` sections, in order."""
+    (section_headers,) = struct.unpack_from("<Q", cubin, 0x28)
+    header_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
+    # (name, type, flags, address, offset, size, link, info, alignment, entry size)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, section_headers + index * header_size)
+               for index in range(count)]
+    names = headers[names_index][4]
+
+    def name(header: tuple) -> bytes:
+        start = names + header[0]
+        return cubin[start:cubin.index(b"\0", start)]
+
+    return b"".join(cubin[header[4]:header[4] + header[5]] for header in headers if name(header).startswith(b".text."))
 
 
 def _disassemble(cubin: bytes) -> str:
-    """The SASS of a cubin, from nvdisasm."""
+    """The SASS of a cubin, from nvdisasm (its instructions; dataflow annotations left out)."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "kernel.cubin")
         with open(path, "wb") as file:
             file.write(cubin)
-        return subprocess.run([_nvidia_tool("nvdisasm"), "-c", path], capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run([_nvidia_tool("nvdisasm"), "--print-code", "--no-dataflow", path], capture_output=True,
+                              text=True, check=True).stdout
 
 
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")

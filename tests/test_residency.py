@@ -8,7 +8,9 @@ time-major float32, bf16 values with uint8 flags) for sm_90a with Triton's bundl
 needed) and counts the registers their programs take per multiprocessor. It runs in a process of its own: under ``TRITON_INTERPRET`` Triton compiles nothing.
 """
 
+import fcntl
 import json
+import os
 
 import pytest
 
@@ -51,10 +53,21 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def residency():
-    result = run_registers_script("--json", "--layouts", ",".join(LAYOUTS), timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return {(row["layout"], row["estimator"], *row["shape"]): row for row in json.loads(result.stdout)}
+def residency(tmp_path_factory):
+    # the script runs ptxas on 60 kernels (half a minute of a CPU): once for a whole test run, whose
+    # pytest-xdist workers share the parent of their base temporary folders (one folder per run)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    with open(shared / "residency.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = shared / "residency.json"
+        if not found.exists():
+            result = run_registers_script("--json", "--layouts", ",".join(LAYOUTS), timeout=600)
+            assert result.returncode == 0, result.stderr[-2000:]
+            found.write_text(result.stdout)
+        rows = json.loads(found.read_text())
+    return {(row["layout"], row["estimator"], *row["shape"]): row for row in rows}
 
 
 @pytest.mark.parametrize("layout, name, rows, steps", CASES)
