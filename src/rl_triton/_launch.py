@@ -1463,16 +1463,16 @@ _RETRACE_SCAN_WALK = (256, 8)
 # values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
 # of a walked segment in the scan of two passes)
 _RETRACE_FUSED_WARP_VALUES = 512
+_RETRACE_REDO_WARP_VALUES = 128
 # Fused programs of one group of 32 actions (17-32 actions, or more in several groups) over rows of 65-128
 # steps hold one step per thread (4 warps, no vectors) instead of 4 steps in one warp. Measured on an H200, 18
 # actions, float32, % of the copy ceiling, 3 input sets, plans measured in the order new, old, new, old
 # (benchmarks/results/h200-2026-12-03-run32-retrace-ab.txt, two runs): 4096x128 70.9 / 72.9 / 73.7 / 73.0 and
 # 71.7 / 73.6 / 74.5 / 73.4 (the plan measured first reads 2-3 points low at this shape), 8192x128 83.1 / 81.2 /
-# 83.4 / 81.0 and 83.6 / 81.5 / 84.1 / 81.6. Four warps of 4-step vectors were not faster at 128, 256 or 1024
+# 83.4 / 81.0 and 83.6 / 81.5 / 84.1 / 81.6. Four warps of 4-step vectors were not shown faster at 128, 256 or 1024
 # steps (-run32-retrace-vectors.txt, -run32-retrace-warps.txt): those rows keep one warp per 128 steps.
-_RETRACE_FUSED_ONE_STEP_ROWS = 128
+_RETRACE_FUSED_ONE_STEP_CHUNK = 128
 _RETRACE_FUSED_ONE_STEP_MIN_ACTIONS = 16
-_RETRACE_REDO_WARP_VALUES = 128
 
 
 def _retrace_kernels(
@@ -1540,7 +1540,7 @@ def _retrace_kernels(
             # with uint8 flags (-run10-retrace-bf16-plans.txt): 16384x512 58.7 -> 74.7 (4 actions) and
             # 56.3 -> 67.6 (18) with the same plan.
             if (num_actions > _RETRACE_FUSED_ONE_STEP_MIN_ACTIONS and element_bytes == 4 and plan.num_chunks == 1
-                    and plan.block_rows == 1 and plan.block_time == _RETRACE_FUSED_ONE_STEP_ROWS
+                    and plan.block_rows == 1 and plan.block_time == _RETRACE_FUSED_ONE_STEP_CHUNK
                     and _override.num_warps is None and _override.vec is None):
                 plan = dataclasses.replace(plan, num_warps=plan.block_time // 32, vec=1)
             return "fused", halves, plan
