@@ -11,7 +11,14 @@ gave wrong results on an H200 (and right ones in the interpreter) had a warp red
 guarded with a predicate set from the lane index (benchmarks/NOTES.md, "Twentieth round").
 """
 
+import importlib.util
 import json
+import os
+import pathlib
+import struct
+import sys
+
+import pytest
 
 from conftest import run_registers_script
 
@@ -41,3 +48,60 @@ def test_time_major_strided_groups_scan_in_registers():
         # x 1 group each: the groups' maps cross every warp)
         assert row["opcodes"].get("LDS", 0) <= 24, (row["estimator"], row["shape"], row["opcodes"])
 
+
+
+def registers_module():
+    """``benchmarks/registers.py`` as a module (its disassembly helpers run nvdisasm only, no compiler)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "registers.py"
+    spec = importlib.util.spec_from_file_location("registers_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    # its dataclasses look their module up while it runs
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# sm_90a instructions as nvdisasm -hex prints them (two 64-bit words each), from a compiled kernel; bits
+# 12-15 of the first word name the guard predicate (7: PT, none)
+NOP = (0x0000000000007918, 0x000FC00000000000)
+SHFL_BFLY = (0x0E001F00292A7F89, 0x000EA400000E0000)  # SHFL.BFLY PT, R42, R41, 0x10, 0x1f
+
+
+def instruction(words: tuple[int, int], guard: int = 7) -> bytes:
+    low, high = words
+    return struct.pack("<QQ", low & ~0xF000 | guard << 12, high)
+
+
+def elf_with_code(*sections: bytes) -> bytes:
+    """An ELF64 file holding ``sections`` as ``.text.*`` sections, as a cubin holds a kernel's code."""
+    names = b"\0.shstrtab\0" + b"".join(b".text.kernel%d\0" % index for index in range(len(sections)))
+    body = names + b"".join(sections)
+    section_headers = 64 + len(body)
+    headers = [struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+               struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(names), 0, 0, 1, 0)]
+    name, offset = len(b"\0.shstrtab\0"), 64 + len(names)
+    for index, code in enumerate(sections):
+        headers.append(struct.pack("<IIQQQQIIQQ", name, 1, 6, 0, offset, len(code), 0, 0, 128, 0))
+        name += len(b".text.kernel%d\0" % index)
+        offset += len(code)
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01", 2, 190, 1, 0, 0, section_headers, 0, 64, 0, 0,
+                         64, len(headers), 1)
+    return header + body + b"".join(headers)
+
+
+def test_guarded_warp_collectives_names_the_cubins_that_hold_them():
+    """One nvdisasm process reads every cubin's code; each guarded warp-collective instruction is reported
+    for the cubin (of several sections or one) that holds it, and an unguarded one for none."""
+    registers = registers_module()
+    if not os.path.exists(registers._nvidia_tool("nvdisasm")):
+        pytest.skip("this Triton has no nvdisasm")
+    nop, shuffle, guarded = instruction(NOP), instruction(SHFL_BFLY), instruction(SHFL_BFLY, guard=0)
+    plain = elf_with_code(nop + shuffle + nop)
+    two_sections = elf_with_code(nop + guarded, nop * 3)
+    last = elf_with_code(guarded + shuffle + instruction(SHFL_BFLY, guard=2))
+    found = registers.guarded_warp_collectives([plain, two_sections, plain, last])
+    assert [len(lines) for lines in found] == [0, 1, 0, 2]
+    assert "@P0 SHFL.BFLY" in found[1][0]
+    assert "@P0 SHFL.BFLY" in found[3][0] and "@P2 SHFL.BFLY" in found[3][1]
+    assert registers.guarded_warp_collectives([plain]) == [[]]
+    assert registers.guarded_warp_collectives([]) == []
