@@ -1475,6 +1475,13 @@ _RETRACE_FUSED_ONE_STEP_CHUNK = 128
 _RETRACE_FUSED_ONE_STEP_MIN_ACTIONS = 16
 
 
+@functools.lru_cache(maxsize=256)
+def _one_step_per_thread(plan: TilePlan) -> TilePlan:
+    """``plan`` with one step of its chunk per thread (a warp per 32 steps, no vectors); cached, as the plans
+    are, since a call's Python would otherwise rebuild it every time."""
+    return dataclasses.replace(plan, num_warps=plan.block_time // 32, vec=1)
+
+
 def _retrace_kernels(
     targets: torch.Tensor, q_values: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor,
     truncateds: torch.Tensor, num_actions: int, dtype: torch.dtype,
@@ -1542,7 +1549,7 @@ def _retrace_kernels(
             if (num_actions > _RETRACE_FUSED_ONE_STEP_MIN_ACTIONS and element_bytes == 4 and plan.num_chunks == 1
                     and plan.block_rows == 1 and plan.block_time == _RETRACE_FUSED_ONE_STEP_CHUNK
                     and _override.num_warps is None and _override.vec is None):
-                plan = dataclasses.replace(plan, num_warps=plan.block_time // 32, vec=1)
+                plan = _one_step_per_thread(plan)
             return "fused", halves, plan
     # The scan reads V-trace's kind of inputs (the ratio of step t+1 inside a chunk, Q of step t+1) and
     # takes V-trace's time-major tiles. Measured on an H200, the second pass alone, % of the copy
