@@ -194,12 +194,20 @@ def captured_graph(calls: list) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def replay_ms(graph: torch.cuda.CUDAGraph, replays: int, warmup: int = 10) -> float:
-    """Median time of one replay of ``graph`` over ``replays`` replays (CUDA events), after ``warmup``
-    untimed ones: without them the first plan timed at a shape read up to 7 points of the copy ceiling
-    below the same launch timed next (H200)."""
-    for _ in range(warmup):
+def replay_ms(graph: torch.cuda.CUDAGraph, replays: int, warmup: int = 10, warmup_seconds: float = 0.2) -> float:
+    """Median time of one replay of ``graph`` over ``replays`` replays (CUDA events), after at least
+    ``warmup`` untimed ones and ``warmup_seconds`` of them. Without them the first plan timed at a shape
+    read up to 7 points of the copy ceiling below the same launch timed next (H200); with 10 replays
+    still up to 7 (Retrace with 18 actions at 512x1024, whose first plan compiled for 0.6 s before
+    its timing: 62.3% against 67.8-69.9% for the same kernel timed later,
+    benchmarks/results/h200-2026-12-03-run33-retrace18-ab.txt)."""
+    began = time.perf_counter()
+    done = 0
+    while done < warmup or time.perf_counter() - began < warmup_seconds:
         graph.replay()
+        done += 1
+        if done % 8 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     times = []
     for _ in range(replays):
