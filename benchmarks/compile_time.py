@@ -73,8 +73,8 @@ def main() -> None:
             start = time.perf_counter()
             registers._sm90_kernel(launch)
             total = time.perf_counter() - start
-            print(f"{name:20s} {launch.kernel.__name__:28s} {_seconds.get('front end', 0.0):9.2f} "
-                  + " ".join(f"{_seconds.get(stage, 0.0):6.2f}" for stage in _STAGES) + f" {total:6.2f}", flush=True)
+            print(f"{name:20s} {launch.kernel.__name__:28s} {_seconds.get('front end', 0.0):9.3f} "
+                  + " ".join(f"{_seconds.get(stage, 0.0):6.3f}" for stage in _STAGES) + f" {total:6.3f}", flush=True)
 
 
 if __name__ == "__main__":

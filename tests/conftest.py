@@ -438,9 +438,10 @@ def small_tiles(split: bool | None = True):
     return _launch.tile_override(block_rows=2, block_time=16, split=split)
 
 
-def run_registers_script(*args: str, timeout: int) -> subprocess.CompletedProcess:
-    """``benchmarks/registers.py`` with ``args`` in a process of its own, with Triton's compiler: under
-    ``TRITON_INTERPRET`` Triton compiles nothing. Skips the test where this Triton has no ptxas."""
+def run_registers_script(*args: str, timeout: int, script: str = "registers.py") -> subprocess.CompletedProcess:
+    """``benchmarks/registers.py`` (or another ``script`` of ``benchmarks/``) with ``args`` in a process of its
+    own, with Triton's compiler: under ``TRITON_INTERPRET`` Triton compiles nothing. Skips the test where
+    this Triton has no ptxas."""
     import triton
 
     ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -449,7 +450,7 @@ def run_registers_script(*args: str, timeout: int) -> subprocess.CompletedProces
     root = pathlib.Path(__file__).resolve().parents[1]
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, str(root / "benchmarks" / "registers.py"), *args],
+    return subprocess.run([sys.executable, str(root / "benchmarks" / script), *args],
                           check=False, capture_output=True, text=True, env=env, timeout=timeout)
 
 

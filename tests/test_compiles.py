@@ -49,6 +49,19 @@ def test_time_major_strided_groups_scan_in_registers():
         assert row["opcodes"].get("LDS", 0) <= 24, (row["estimator"], row["shape"], row["opcodes"])
 
 
+def test_compile_time_script_times_every_stage():
+    """``benchmarks/compile_time.py`` (where a first call's compile time goes) prints, for each launch of a
+    call, the seconds of Triton's front end and of each of its stages, which add up to less than the total."""
+    result = run_registers_script("eligibility-traces", "64x16384", timeout=600, script="compile_time.py")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("eligibility-traces")]
+    assert [row[1] for row in rows] == ["episodic_scan_kernel"], result.stdout
+    front_end, *stages, total = (float(value) for value in rows[0][2:])
+    assert len(stages) == 5, rows
+    # every stage runs (ptx and cubin in hundredths of a second or more on any machine)
+    assert front_end > 0 and all(seconds > 0 for seconds in stages), rows
+    assert front_end + sum(stages) <= total + 0.02, rows
+
 
 def registers_module():
     """``benchmarks/registers.py`` as a module (its disassembly helpers run nvdisasm only, no compiler)."""
