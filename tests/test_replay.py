@@ -8,6 +8,8 @@ real and are checked against the float64 oracle (tests/test_cuda.py, test_replay
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -319,3 +321,49 @@ def test_recording_does_not_import_dynamo():
     )
     # the mode saw the allocation (a view is no step) and imported nothing
     assert printed_by_fresh_process(code) == ["False", "False", "1", "True"]
+
+
+def test_environment_flags_are_read_on_every_call(monkeypatch):
+    """A reader of several flags answers whether any is set ("" and "0" are not), and sees changes after it
+    was made, including a replaced ``os.environ``."""
+    from rl_triton import _checks
+
+    monkeypatch.delenv("RL_TRITON_TEST_FLAG_A", raising=False)
+    monkeypatch.delenv("RL_TRITON_TEST_FLAG_B", raising=False)
+    either = _checks.environment_flag("RL_TRITON_TEST_FLAG_A", "RL_TRITON_TEST_FLAG_B")
+    assert not either()
+    monkeypatch.setenv("RL_TRITON_TEST_FLAG_B", "0")
+    monkeypatch.setenv("RL_TRITON_TEST_FLAG_A", "")
+    assert not either()
+    monkeypatch.setenv("RL_TRITON_TEST_FLAG_B", "1")
+    assert either()
+    monkeypatch.delenv("RL_TRITON_TEST_FLAG_B")
+    monkeypatch.setenv("RL_TRITON_TEST_FLAG_A", "yes")
+    assert either()
+    monkeypatch.setattr(os, "environ", {"RL_TRITON_TEST_FLAG_B": "1"})
+    assert either()
+    monkeypatch.setattr(os, "environ", {"RL_TRITON_TEST_FLAG_A": "0"})
+    assert not either()
+
+
+@pytest.mark.parametrize("state", ["correctness flag", "interpreter", "forced backend", "tile override", "none"])
+def test_global_state_that_asks_for_the_full_path(monkeypatch, state):
+    """Calls are not replayed while a flag, a forced backend or a tile override is in effect."""
+    from rl_triton import _dispatch
+
+    monkeypatch.delenv("RL_TRITON_CORRECTNESS_WARNINGS", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(_launch, "_profiling_hooks", lambda: False)
+    monkeypatch.setattr(_launch._direct_launch, "enabled", True)
+    if state == "correctness flag":
+        monkeypatch.setenv("RL_TRITON_CORRECTNESS_WARNINGS", "1")
+    elif state == "interpreter":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if state == "forced backend":
+        with _dispatch.use_backend("reference"):
+            assert _replay._full_path_only()
+    elif state == "tile override":
+        with _launch.tile_override(block_rows=2):
+            assert _replay._full_path_only()
+    else:
+        assert _replay._full_path_only() == (state != "none")

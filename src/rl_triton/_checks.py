@@ -48,8 +48,9 @@ class InputTypeError(TypeError, AssertionError):
     """Argument of the wrong type or dtype (also an ``AssertionError``, see ``InputError``)."""
 
 
-def environment_flag(name: str) -> Callable[[], bool]:
-    """A reader of the flag ``name`` (set unless absent, empty or "0") that sees later changes.
+def environment_flag(*names: str) -> Callable[[], bool]:
+    """A reader of the flags ``names`` (each set unless absent, empty or "0"): whether any is set. It sees
+    later changes.
 
     ``os.environ.get`` costs about a microsecond per call (the key is encoded again each time),
     as much as a quarter of a whole estimator call; the dict behind ``os.environ`` answers in tens of
@@ -60,15 +61,22 @@ def environment_flag(name: str) -> Callable[[], bool]:
     data = getattr(environ, "_data", None)
     encode_key = getattr(environ, "encodekey", None)
     decode_value = getattr(environ, "decodevalue", None)
+
+    def any_set_in_mapping() -> bool:
+        return any(os.environ.get(name, "0") not in ("", "0") for name in names)
+
     if not isinstance(data, dict) or encode_key is None or decode_value is None:
-        return lambda: os.environ.get(name, "0") not in ("", "0")
-    key = encode_key(name)
+        return any_set_in_mapping
+    keys = tuple(encode_key(name) for name in names)
 
     def is_set() -> bool:
         if os.environ is not environ:
-            return os.environ.get(name, "0") not in ("", "0")
-        raw = data.get(key)
-        return raw is not None and decode_value(raw) not in ("", "0")
+            return any_set_in_mapping()
+        for key in keys:
+            raw = data.get(key)
+            if raw is not None and decode_value(raw) not in ("", "0"):
+                return True
+        return False
 
     return is_set
 

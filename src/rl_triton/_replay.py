@@ -145,11 +145,15 @@ except ImportError:  # pragma: no cover - every PyTorch this library supports ha
 USE_TORCH_GUARDS = True
 
 
+# the correctness flag and the interpreter, read in one call (host time per call is the point of replays)
+_full_path_flags = _checks.environment_flag("RL_TRITON_CORRECTNESS_WARNINGS", "TRITON_INTERPRET")
+
+
 def _full_path_only() -> bool:
     """Whether global state asks for the full path (checked on every call, so the flags are read
     directly): a forced backend, the correctness flag, the interpreter, Triton's launch path."""
-    return (_dispatch._forced_backend.get() is not None or _checks._correctness_flag()
-            or _dispatch._interpreter_flag() or _kernels().full_launch_path_only())
+    return (_dispatch._forced_backend.get() is not None or _full_path_flags()
+            or (_launch_module or _kernels()).full_launch_path_only())
 
 
 @dataclasses.dataclass(frozen=True)
