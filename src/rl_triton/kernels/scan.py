@@ -679,7 +679,9 @@ def tile_rows(row_tile, num_rows, BLOCK_ROWS: tl.constexpr):
     ``_launch._meta``) gives its loads and stores the mask None instead: its tiles are then read, scanned and written
     without in-range masks (``step_mask``, ``strided_mask``, ``in_range``), which cost a bf16 step
     read in place ``[T, N]`` several instructions: the loads' predicates, the zeroing of their masked-off
-    values and the selects that make steps past the end identity steps.
+    values and the selects that make steps past the end identity steps. Each kernel's load and store
+    functions set their own ``row_ok`` to None: the tuple of arguments a kernel hands them cannot hold
+    None (Triton 3.6's code generator fails on it).
     """
     rows = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     return rows.to(tl.int64), rows < num_rows
