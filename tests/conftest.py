@@ -438,10 +438,10 @@ def small_tiles(split: bool | None = True):
     return _launch.tile_override(block_rows=2, block_time=16, split=split)
 
 
-def run_registers_script(*args: str, timeout: int, script: str = "registers.py") -> subprocess.CompletedProcess:
-    """``benchmarks/registers.py`` (or another ``script`` of ``benchmarks/``) with ``args`` in a process of its
-    own, with Triton's compiler: under ``TRITON_INTERPRET`` Triton compiles nothing. Skips the test where
-    this Triton has no ptxas."""
+def run_benchmark_script(script: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """``benchmarks/<script>`` (``registers.py``, ``compile_time.py``) with ``args`` in a process of its own,
+    with Triton's compiler: under ``TRITON_INTERPRET`` Triton compiles nothing. Skips the test where this
+    Triton has no ptxas."""
     import triton
 
     ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"

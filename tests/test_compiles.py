@@ -20,11 +20,11 @@ import sys
 
 import pytest
 
-from conftest import run_registers_script
+from conftest import run_benchmark_script
 
 
 def test_every_launch_compiles_for_sm90():
-    result = run_registers_script("--compile-all", timeout=1200)
+    result = run_benchmark_script("registers.py", "--compile-all", timeout=1200)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     compiled = int(result.stdout.strip().splitlines()[-1].split()[0])
     # every estimator, layout and kind of plan: far more than the walking kernels alone (60)
@@ -37,7 +37,7 @@ def test_time_major_strided_groups_scan_in_registers():
     chooses that layout from a hint (``kernels/scan.py: strided_offsets``); read step by step, time-major
     GAE at 4096x4096 held 130 shared-memory loads (benchmarks/NOTES.md, "Twenty-sixth round")."""
     estimators = "gae,gae+trunc,vtrace,lambda-returns,discounted-returns,eligibility-traces,prefix-sum"
-    result = run_registers_script("--sass", estimators, "--shapes", "2048x4096,4096x4096,16384x512", "--layouts", "time-major",
+    result = run_benchmark_script("registers.py", "--sass", estimators, "--shapes", "2048x4096,4096x4096,16384x512", "--layouts", "time-major",
                                   "--json", timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     rows = json.loads(result.stdout.strip().splitlines()[-1])
@@ -52,7 +52,7 @@ def test_time_major_strided_groups_scan_in_registers():
 def test_compile_time_script_times_every_stage():
     """``benchmarks/compile_time.py`` (where a first call's compile time goes) prints, for each launch of a
     call, the seconds of Triton's front end and of each of its stages, which add up to less than the total."""
-    result = run_registers_script("eligibility-traces", "64x16384", timeout=600, script="compile_time.py")
+    result = run_benchmark_script("compile_time.py", "eligibility-traces", "64x16384", timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("eligibility-traces")]
     assert [row[1] for row in rows] == ["episodic_scan_kernel"], result.stdout

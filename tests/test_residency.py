@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from conftest import run_registers_script
+from conftest import run_benchmark_script
 
 # (layout, estimator, rows, steps) whose walk takes more registers than its plan's programs per
 # multiprocessor leave, measured with triton 3.6.0's ptxas: their last programs start only as the
@@ -63,7 +63,7 @@ def residency(tmp_path_factory):
         fcntl.flock(lock, fcntl.LOCK_EX)
         found = shared / "residency.json"
         if not found.exists():
-            result = run_registers_script("--json", "--layouts", ",".join(LAYOUTS), timeout=600)
+            result = run_benchmark_script("registers.py", "--json", "--layouts", ",".join(LAYOUTS), timeout=600)
             assert result.returncode == 0, result.stderr[-2000:]
             found.write_text(result.stdout)
         rows = json.loads(found.read_text())
