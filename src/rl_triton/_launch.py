@@ -1459,6 +1459,12 @@ _RETRACE_FUSED_WALK_MAX_ACTIONS = 4
 # segments of 8 (64x16384 and 8x131072)
 _RETRACE_FUSED_SHORT_WALK = (256, 4)
 # Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
+# The second of Retrace's two passes, split in time where rows are too short to walk (more than 4 actions:
+# fewer take the fused kernel), scans one 1024-step chunk per program (8 warps) instead of 2048 (8 warps,
+# two steps a thread). Measured on an H200, 18 actions, % of the copy ceiling, 2048 -> 1024 with the
+# 2048-step plan timed again in between (benchmarks/results/h200-2026-12-03-run33-retrace18-ab2.txt):
+# 64x16384 61.3-61.7 -> 63.5-63.7, 8x131072 61.2-61.8 -> 62.4-62.9; 5-16 actions unmeasured.
+_RETRACE_SCAN_SPLIT_BLOCK_TIME = 1024
 _RETRACE_SCAN_WALK = (256, 8)
 # values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
 # of a walked segment in the scan of two passes)
@@ -1564,7 +1570,7 @@ def _retrace_kernels(
     # 8x2^20 18 actions 53.3 -> 49.1, 4 actions 45.7 -> 35.9; -run16-time-major-walks.txt)
     plan = plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=GAE_SINGLE_CHUNK_STEPS, max_warps=16,
-                      split_block_time=_SPLIT_BLOCK_TIME, walk_split=_RETRACE_SCAN_WALK,
+                      split_block_time=_RETRACE_SCAN_SPLIT_BLOCK_TIME, walk_split=_RETRACE_SCAN_WALK,
                       time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS, walk_register_cap=False)
     if kernels is None and plan.split and time_major and not plan.walk:
         # a time-major split that does not walk would chain hundreds of small chunks in one look-back,
