@@ -381,6 +381,9 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     assert scan["num_warps"] == 2
     launches = retrace_launches(18, 2, 1 << 14, torch.float32)
     assert list(launches) == flat_two and not launches["retrace_scan_kernel"]["WALK"]
+    # whose scan takes 1024-step chunks of 8 warps, not 2048
+    scan = launches["retrace_scan_kernel"]
+    assert (scan["BLOCK_TIME"], scan["num_warps"]) == (1024, 8) and scan["SPLIT"]
     # still shorter rows: two passes of one chunk per program, whatever the actions
     launches = retrace_launches(4, 2, 1 << 13, torch.float32)
     assert list(launches) == two and not launches["retrace_scan_kernel"]["WALK"]

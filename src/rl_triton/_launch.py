@@ -1460,10 +1460,12 @@ _RETRACE_FUSED_WALK_MAX_ACTIONS = 4
 _RETRACE_FUSED_SHORT_WALK = (256, 4)
 # Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
 # The second of Retrace's two passes, split in time where rows are too short to walk (more than 4 actions:
-# fewer take the fused kernel), scans one 1024-step chunk per program (8 warps) instead of 2048 (8 warps,
-# two steps a thread). Measured on an H200, 18 actions, % of the copy ceiling, 2048 -> 1024 with the
+# fewer take the fused kernel), scans one 1024-step chunk per program instead of 2048 (8 warps either way: half
+# the steps a thread, twice the programs). Measured on an H200, 18 actions, % of the copy ceiling, 2048 -> 1024 with the
 # 2048-step plan timed again in between (benchmarks/results/h200-2026-12-03-run33-retrace18-ab2.txt):
-# 64x16384 61.3-61.7 -> 63.5-63.7, 8x131072 61.2-61.8 -> 62.4-62.9; 5-16 actions unmeasured.
+# 64x16384 61.3-61.7 -> 63.5-63.7, 8x131072 61.2-61.8 -> 62.4-62.9; in two more runs, default first
+# (-run34-redo-ahead-ab.txt, 1024 with another change that does not reach this kernel): 62.3 / 62.6 -> 66.0 /
+# 65.0 and 61.8 / 62.2 -> 65.4 / 64.5. 5-16 actions unmeasured.
 _RETRACE_SCAN_SPLIT_BLOCK_TIME = 1024
 _RETRACE_SCAN_WALK = (256, 8)
 # values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
