@@ -372,21 +372,19 @@ def test_retrace_kernels_by_shape_and_output_dtype():
     assert list(launches) == fused
     scan = launches["retrace_scan_kernel"]
     assert scan["WALK"] and scan["REDUCE"] and scan["AHEAD"] and scan["BLOCK_TIME"] == 512
-    # rows too short for segments of 8 such chunks walk 256-step chunks where that makes segments of 8
-    # (64 chunks, 8 programs per row); more actions keep two passes of one chunk per program
-    launches = retrace_launches(4, 2, 1 << 14, torch.float32)
-    assert list(launches) == fused
-    scan = launches["retrace_scan_kernel"]
-    assert scan["WALK"] and scan["REDUCE"] and scan["AHEAD"] and scan["BLOCK_TIME"] == 256
-    assert scan["num_warps"] == 2
+    # rows too short for segments of 8 such chunks: the fused kernel, one 512-step chunk (4 warps) per
+    # program; more actions keep two passes of one chunk per program
+    for seq_len in (1 << 14, 1 << 13):
+        launches = retrace_launches(4, 2, seq_len, torch.float32)
+        assert list(launches) == fused
+        scan = launches["retrace_scan_kernel"]
+        assert scan["SPLIT"] and not scan["WALK"] and scan["REDUCE"] and scan["BLOCK_TIME"] == 512
+        assert scan["num_warps"] == 4
     launches = retrace_launches(18, 2, 1 << 14, torch.float32)
     assert list(launches) == flat_two and not launches["retrace_scan_kernel"]["WALK"]
     # whose scan takes 1024-step chunks of 8 warps, not 2048
     scan = launches["retrace_scan_kernel"]
     assert (scan["BLOCK_TIME"], scan["num_warps"]) == (1024, 8) and scan["SPLIT"]
-    # still shorter rows: two passes of one chunk per program, whatever the actions
-    launches = retrace_launches(4, 2, 1 << 13, torch.float32)
-    assert list(launches) == two and not launches["retrace_scan_kernel"]["WALK"]
     # of more actions in two passes (256 chunks of 256 steps, 16 programs per row); the redo of a segment's
     # head reduces the per-action tiles again, so the scan takes the real grouping
     launches = retrace_launches(18, 2, 1 << 16, torch.float32)

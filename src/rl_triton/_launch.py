@@ -1455,9 +1455,8 @@ _RETRACE_FUSED_WALK = (512, 4)
 # well, so which rows walk does not change.
 _RETRACE_FUSED_WALK_FLOAT32 = (512, 2)
 _RETRACE_FUSED_WALK_MAX_ACTIONS = 4
-# rows too short for segments of 8 such chunks walk 256-step chunks (of 2 warps) instead, if that makes
-# segments of 8 (64x16384 and 8x131072)
-_RETRACE_FUSED_SHORT_WALK = (256, 4)
+# time splits of rows too short for segments of 8 such chunks: one 512-step chunk per program
+_RETRACE_FUSED_SPLIT_BLOCK_TIME = 512
 # Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
 # The second of Retrace's two passes, split in time where rows are too short to walk (more than 4 actions:
 # fewer take the fused kernel), scans one 1024-step chunk per program instead of 2048 (8 warps either way: half
@@ -1519,10 +1518,10 @@ def _retrace_kernels(
         # follow its warps. Measured on an H200, bf16 values with uint8 flags, % of the copy ceiling, the
         # bf16 plan -> float32's (-run10-retrace-bf16-plans.txt): 16384x512 4 actions 50.0 -> 74.7, 18
         # actions 42.9 -> 67.6; 512x1024 29.3 -> 40.6 and 30.3 -> 48.3; 4096x4096 (4) 34.9 -> 45.3.
-        def fused_plan(walk_split: tuple[int, int]) -> TilePlan:
+        def fused_plan(walk_split: tuple[int, int] | None, split_block_time: int = _SPLIT_BLOCK_TIME) -> TilePlan:
             return plan_tiles(num_rows, seq_len, time_major, rewards.device, heavy=True,
                               element_bytes=max(element_bytes, 4), single_chunk_steps=GAE_SINGLE_CHUNK_STEPS,
-                              max_warps=16, split_block_time=_SPLIT_BLOCK_TIME, split_max_registers=None,
+                              max_warps=16, split_block_time=split_block_time, split_max_registers=None,
                               walk_split=walk_split, time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS)
 
         plan = fused_plan(_RETRACE_FUSED_WALK)
@@ -1530,14 +1529,16 @@ def _retrace_kernels(
         if plan.walk and few_actions and element_bytes == 4 and _override.walk_programs is None:
             plan = fused_plan(_RETRACE_FUSED_WALK_FLOAT32)
         elif few_actions and plan.split and not plan.walk:
-            # Splits too short to walk 512-step chunks. Measured on an H200, 4 actions, % of the copy ceiling
-            # at 64x16384 / 8x131072 (-run13-retrace-short-walks.txt): two passes of one chunk per program
-            # 46.4 / 42.9, the fused kernel of one chunk per program 47.9 / 46.2, fused walks of 256-step
-            # chunks with 4 programs per multiprocessor 49.9 / 48.3 (128-step chunks 36-47; 18 actions
-            # walked in two passes 40-50 against 58-59 in one chunk per program, so more actions keep that).
-            short_plan = fused_plan(_RETRACE_FUSED_SHORT_WALK)
-            if short_plan.walk:
-                plan = short_plan
+            # Splits too short to walk 512-step chunks: the fused kernel, one 512-step chunk per program (4
+            # warps). Measured on an H200, 4 actions, % of the copy ceiling at 64x16384 / 8x131072
+            # (-run13-retrace-short-walks.txt): two passes of one chunk per program 46.4 / 42.9, the fused
+            # kernel of one 2048-step chunk per program 47.9 / 46.2, fused walks of 256-step chunks with 4
+            # programs per multiprocessor 49.9 / 48.3 (128-step chunks 36-47; 18 actions walked in two passes
+            # 40-50 against 58-59 in one chunk per program, so more actions keep that). Round 34
+            # (benchmarks/results/h200-2026-12-04-run34-retrace4-sweep.txt, -sweep2.txt): those walks
+            # 49.9-50.9 / 49.5-49.9, one 512-step chunk per program 56.5-57.0 / 53.5-54.6, 256-step chunks of
+            # 2 warps 55.9 / 52.9, 1024 of 8 warps 49.4 / 48.4, two passes of 512 or 1024 steps 47.1-49.5.
+            return "fused", halves, fused_plan(None, _RETRACE_FUSED_SPLIT_BLOCK_TIME)
         if plan.walk and few_actions:
             # Walked segments of few actions, whose programs load each next chunk's per-action tiles ahead.
             # Measured on an H200, 4 actions, % of the copy ceiling at 8x2^21 / 1x2^24, two passes (scan
