@@ -156,9 +156,9 @@ def test_one_long_row(gen, estimator):
 
 
 @pytest.mark.parametrize("rows, seq_len", [(64, 16384), (128, 8192)])
-def test_retrace_walks_of_short_split_rows(gen, monkeypatch, rows, seq_len):
-    # rows split in time, too short for segments of eight 512-step chunks: 4 actions walk 256-step
-    # chunks in the fused kernel (loading each next chunk's per-action tiles ahead)
+def test_retrace_fused_splits_of_short_rows(gen, monkeypatch, rows, seq_len):
+    # rows split in time, too short for segments of eight 512-step chunks: 4 actions take the fused
+    # kernel, one 512-step chunk per program that looks back for its carry
     ro = Rollout(gen, (rows,), seq_len, device="cuda", num_actions=4)
     launched = []
     launch = _launch._launch
@@ -171,13 +171,13 @@ def test_retrace_walks_of_short_split_rows(gen, monkeypatch, rows, seq_len):
     got = run(retrace, ro)
     monkeypatch.setattr(_launch, "_launch", launch)
     [(name, meta)] = launched
-    walks = (meta["WALK"], meta["REDUCE"], meta["AHEAD"], meta["BLOCK_TIME"])
-    # about 4 programs per multiprocessor: segments of at least 8 chunks of 256 steps, but not of 512 (on
-    # an H200's 132 multiprocessors, both shapes)
+    plan = (meta["SPLIT"], meta["WALK"], meta["REDUCE"], meta["BLOCK_TIME"])
+    # about 4 programs per multiprocessor would make segments of fewer than 8 chunks of 512 steps (on an
+    # H200's 132 multiprocessors, both shapes)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     segments = max(1, 4 * sms // rows)
-    if rows < 2 * sms and -(-seq_len // 256 // segments) >= 8 > -(-seq_len // 512 // segments):
-        assert name == "retrace_scan_kernel" and walks == (True, True, True, 256)
+    if rows < 2 * sms and -(-seq_len // 512 // segments) < 8:
+        assert name == "retrace_scan_kernel" and plan == (True, False, True, 512)
     for out, want in zip(got, oracle(retrace, ro), strict=True):
         assert_rel(out, want, TOLERANCE[torch.float32])
 
