@@ -1532,7 +1532,7 @@ def _retrace_kernels(
             # Splits too short to walk 512-step chunks: the fused kernel, one 512-step chunk per program (4
             # warps). Measured on an H200, 4 actions, % of the copy ceiling at 64x16384 / 8x131072
             # (-run13-retrace-short-walks.txt): two passes of one chunk per program 46.4 / 42.9, the fused
-            # kernel of one 2048-step chunk per program 47.9 / 46.2, fused walks of 256-step chunks with 4
+            # kernel of one chunk per program in that round's plan 47.9 / 46.2, fused walks of 256-step chunks with 4
             # programs per multiprocessor 49.9 / 48.3 (128-step chunks 36-47; 18 actions walked in two passes
             # 40-50 against 58-59 in one chunk per program, so more actions keep that). Round 34
             # (benchmarks/results/h200-2026-12-04-run34-retrace4-sweep.txt, -sweep2.txt): those walks
