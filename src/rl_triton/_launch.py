@@ -1457,15 +1457,16 @@ _RETRACE_FUSED_WALK_FLOAT32 = (512, 2)
 _RETRACE_FUSED_WALK_MAX_ACTIONS = 4
 # time splits of rows too short for segments of 8 such chunks: one 512-step chunk per program
 _RETRACE_FUSED_SPLIT_BLOCK_TIME = 512
-# Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
-# The second of Retrace's two passes, split in time where rows are too short to walk (more than 4 actions:
-# fewer take the fused kernel), scans one 1024-step chunk per program instead of 2048 (8 warps either way: half
-# the steps a thread, twice the programs). Measured on an H200, 18 actions, % of the copy ceiling, 2048 -> 1024 with the
-# 2048-step plan timed again in between (benchmarks/results/h200-2026-12-03-run33-retrace18-ab2.txt):
-# 64x16384 61.3-61.7 -> 63.5-63.7, 8x131072 61.2-61.8 -> 62.4-62.9; in two more runs, default first
-# (-run34-redo-ahead-ab.txt, 1024 with another change that does not reach this kernel): 62.3 / 62.6 -> 66.0 /
-# 65.0 and 61.8 / 62.2 -> 65.4 / 64.5. 5-16 actions unmeasured.
+# The second of Retrace's two passes, split in time where rows are too short to walk (more than 4
+# actions: fewer take the fused kernel), scans one 1024-step chunk per program instead of 2048 (8 warps
+# either way: half the steps a thread, twice the programs). Measured on an H200, 18 actions, % of the copy
+# ceiling, 2048 -> 1024 with the 2048-step plan timed again in between
+# (benchmarks/results/h200-2026-12-03-run33-retrace18-ab2.txt): 64x16384 61.3-61.7 -> 63.5-63.7, 8x131072
+# 61.2-61.8 -> 62.4-62.9; in two more runs, default first (-run34-redo-ahead-ab.txt, 1024 with another
+# change that does not reach this kernel): 62.3 / 62.6 -> 66.0 / 65.0 and 61.8 / 62.2 -> 65.4 / 64.5.
+# 5-16 actions unmeasured.
 _RETRACE_SCAN_SPLIT_BLOCK_TIME = 1024
+# Walked segments of the scan of two passes (its redo reduces the per-action tiles like the fused kernel)
 _RETRACE_SCAN_WALK = (256, 8)
 # values of each per-action tensor that one warp of a fused program reduces at a time (and of the redo
 # of a walked segment in the scan of two passes)
@@ -1532,9 +1533,9 @@ def _retrace_kernels(
             # Splits too short to walk 512-step chunks: the fused kernel, one 512-step chunk per program (4
             # warps). Measured on an H200, 4 actions, % of the copy ceiling at 64x16384 / 8x131072
             # (-run13-retrace-short-walks.txt): two passes of one chunk per program 46.4 / 42.9, the fused
-            # kernel of one chunk per program in that round's plan 47.9 / 46.2, fused walks of 256-step chunks with 4
-            # programs per multiprocessor 49.9 / 48.3 (128-step chunks 36-47; 18 actions walked in two passes
-            # 40-50 against 58-59 in one chunk per program, so more actions keep that). Round 34
+            # kernel of one chunk per program in that round's plan 47.9 / 46.2, fused walks of 256-step
+            # chunks with 4 programs per multiprocessor 49.9 / 48.3 (128-step chunks 36-47; 18 actions walked
+            # in two passes 40-50 against 58-59 in one chunk per program, so more actions keep that). Round 34
             # (benchmarks/results/h200-2026-12-04-run34-retrace4-sweep.txt, -sweep2.txt): those walks
             # 49.9-50.9 / 49.5-49.9, one 512-step chunk per program 56.5-57.0 / 53.5-54.6, 256-step chunks of
             # 2 warps 55.9 / 52.9, 1024 of 8 warps 49.4 / 48.4, two passes of 512 or 1024 steps 47.1-49.5.
