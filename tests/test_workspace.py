@@ -8,6 +8,8 @@ the words themselves after calls of every split kernel, check results of calls t
 with other shapes, the host's own zeroing where a launch was never issued, and streams and CUDA graphs.
 """
 
+import importlib
+
 import pytest
 import torch
 
@@ -95,6 +97,36 @@ def test_the_host_zeroes_a_workspace_whose_launch_was_never_issued():
     assert fourth is not second and fourth.numel() == 30 and not fourth.any()
 
 
+def split_kernels() -> list:
+    """Every kernel that takes a launch's count of words to zero."""
+    kernels = []
+    for module in ("gae", "gae_backward", "prefix_sum", "recurrence", "retrace", "returns", "returns_backward", "vtrace"):
+        namespace = importlib.import_module(f"rl_triton.kernels.{module}")
+        kernels += [value for name, value in vars(namespace).items()
+                    if name.endswith("_kernel") and "spent_words" in getattr(value, "arg_names", ())
+                    and value.fn.__module__ == namespace.__name__]
+    return kernels
+
+
+def specialises_on(kernel, name: str) -> bool:
+    """Whether Triton specialises ``kernel`` on argument ``name`` (compiled: its parameter; interpreted:
+    the decorator's arguments)."""
+    params = getattr(kernel, "params", None)
+    if params is not None:
+        return not next(param for param in params if param.name == name).do_not_specialize
+    return name not in (kernel.kwargs.get("do_not_specialize") or ())
+
+
+def test_split_kernels_do_not_specialise_on_the_count_they_zero():
+    """The count is the size of the launch before on the stream, 0 at its first: a kernel specialised on
+    it compiles again whenever it turns divisible by 16 or not (on an H200, a second call of a split
+    shape took 1.4-3.4 s when the kernels still did)."""
+    kernels = split_kernels()
+    assert len(kernels) == 9, [kernel.fn.__name__ for kernel in kernels]
+    for kernel in kernels:
+        assert not specialises_on(kernel, "spent_words"), kernel.fn.__name__
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="streams and CUDA graphs")
 class TestOnCuda:
     def test_streams_keep_their_own_workspaces(self, gen):
@@ -150,6 +182,30 @@ class TestOnCuda:
                     assert_outputs_rel(got, want, TOLERANCE[torch.float32])
                     assert_outputs_rel(again, want, TOLERANCE[torch.float32])
         assert_spent_workspace_zeroed("cuda")
+
+    def test_a_split_shape_compiles_once(self, gen):
+        # the first call zeroes nothing, the next ones the words of the call before: 73 words (8 row tiles of
+        # 8 chunks, one block counter each, the ticket), not a multiple of 16
+        from rl_triton import compute_gae
+        from rl_triton.kernels.gae import gae_kernel
+
+        def compiled() -> int:
+            return sum(len(cache[0]) for cache in gae_kernel.device_caches.values())
+
+        ro = Rollout(gen, (8,), 4096, device="cuda")
+        want = None
+        with _launch.tile_override(block_rows=1, block_time=512, split=True, walk_programs=0):
+            for call in range(4):
+                got = compute_gae(ro.rewards, ro.values, ro.terminateds, ro.truncateds, 0.99, 0.95,
+                                  ro.bootstrap_values)
+                if call == 0:
+                    torch.cuda.synchronize()
+                    workspaces = current_workspaces("cuda")
+                    assert workspaces.dirty[1 - workspaces.turn] == 73
+                    count, want = compiled(), got
+                else:
+                    assert compiled() == count, f"call {call + 1} compiled another kernel"
+                    assert torch.equal(got, want)
 
     def test_repeated_split_calls_allocate_only_their_outputs(self, gen):
         estimator = ESTIMATORS[1].values[0]

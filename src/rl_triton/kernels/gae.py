@@ -161,7 +161,7 @@ def gae_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def gae_kernel(
     rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, advantages_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,

@@ -55,7 +55,7 @@ def adjoint_chunk_inputs(
     return steps, mask, grad, terminated, truncated
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def gae_backward_kernel(
     grad_advantages_ptr, terminated_ptr, truncated_ptr,
     grad_rewards_ptr, grad_values_ptr, grad_bootstrap_ptr,

@@ -74,7 +74,7 @@ def episodic_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False, STRIDED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def episodic_scan_kernel(
     inputs_ptr, dones_ptr, seed_ptr, out_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,

@@ -22,7 +22,7 @@ from rl_triton.kernels.scan import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def linear_recurrence_kernel(
     a_ptr, b_ptr, carry_ptr, out_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,

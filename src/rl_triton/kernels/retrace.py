@@ -199,7 +199,7 @@ def previous_in_order(x, y, x_before, y_before, BLOCK_TIME: tl.constexpr):
     return x_previous, y_previous
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def retrace_kernel(
     probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
     terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
@@ -708,7 +708,7 @@ def retrace_ahead_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chun
                        (scanned[0], scanned[1], scanned[2], scanned[3]), carry, chunk)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def retrace_scan_kernel(
     q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
     probs_target_ptr, probs_behavior_ptr, actions_ptr, next_q_ptr,

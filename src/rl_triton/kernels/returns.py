@@ -96,7 +96,7 @@ def returns_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def returns_kernel(
     rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, returns_ptr,
     status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,

@@ -32,7 +32,7 @@ from rl_triton.kernels.scan import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def returns_backward_kernel(
     grad_returns_ptr, terminated_ptr, truncated_ptr,
     grad_rewards_ptr, grad_next_values_ptr, grad_bootstrap_ptr,

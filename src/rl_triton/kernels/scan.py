@@ -391,7 +391,10 @@ def clear_spent_workspace(spent_ptr, spent_words, SPLIT: tl.constexpr):
     A stream keeps two look-back workspaces and its split launches take them in turn
     (``_launch._lookback_workspace``): each launch clears the one the launch before it used, which no
     program reads any more (that launch has ended), so the next launch finds it zeroed. The count is
-    a launch argument, so no program waits for it.
+    a launch argument, so no program waits for it. It is the size of the launch before, so it changes
+    from call to call (0 at a stream's first): every kernel that takes it says
+    ``do_not_specialize=["spent_words"]``, or Triton would compile it again whenever the count turns
+    divisible by 16 or not.
     """
     if SPLIT:
         lanes = tl.arange(0, _CLEAR_LANES)

@@ -121,7 +121,7 @@ def vtrace_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
                 BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def vtrace_kernel(
     log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
     targets_ptr, advantages_ptr,
