@@ -9,6 +9,7 @@ with other shapes, the host's own zeroing where a launch was never issued, and s
 """
 
 import importlib
+import threading
 
 import pytest
 import torch
@@ -31,7 +32,7 @@ def current_workspaces(device: str) -> _launch._StreamWorkspaces:
         key = (torch.device("cuda", torch.cuda.current_device()), torch.cuda.current_stream().cuda_stream, 0)
     else:
         key = (torch.device("cpu"), 0, 0)
-    return _launch._workspaces[key]
+    return _launch._thread_workspaces()[key]
 
 
 def assert_spent_workspace_zeroed(device: str) -> None:
@@ -97,6 +98,34 @@ def test_the_host_zeroes_a_workspace_whose_launch_was_never_issued():
     assert fourth is not second and fourth.numel() == 30 and not fourth.any()
 
 
+@needs_triton
+def test_threads_keep_workspaces_of_their_own(make_rollout):
+    # threads share a stream: were another thread's launch issued between this thread's taking a workspace
+    # and its launch, it would run before the launch that was to zero the words it finds
+    ro = make_rollout(3, 300)
+    out, expected = run_walk("gae", ro, tile=SPLITS["chunks"])
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+    mine = current_workspaces(DEVICE)
+    before = (mine.turn, list(mine.dirty))
+    theirs = []
+
+    def other_thread() -> None:
+        for _ in range(2):
+            got, want = run_walk("gae", ro, tile=SPLITS["chunks"])
+            assert_outputs_rel(got, want, TOLERANCE[torch.float32])
+        theirs.append(current_workspaces(DEVICE))
+        assert_spent_workspace_zeroed(DEVICE)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert len(theirs) == 1 and theirs[0] is not mine, "the other thread's calls failed or took these workspaces"
+    assert (mine.turn, mine.dirty) == before
+    out, expected = run_walk("gae", ro, tile=SPLITS["chunks"])
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+    assert_spent_workspace_zeroed(DEVICE)
+
+
 def split_kernels() -> list:
     """Every kernel that takes a launch's count of words to zero."""
     kernels = []
@@ -141,7 +170,7 @@ class TestOnCuda:
                 on_side = [run(estimator, ro) for _ in range(3)]
         torch.cuda.current_stream().wait_stream(side)
         default_stream = torch.cuda.current_stream().cuda_stream
-        keys = {key[1] for key in _launch._workspaces if key[0].type == "cuda" and key[2] == 0}
+        keys = {key[1] for key in _launch._thread_workspaces() if key[0].type == "cuda" and key[2] == 0}
         assert {default_stream, side.cuda_stream} <= keys
         for got in (*on_default, *on_side):
             assert_outputs_rel(got, want, TOLERANCE[torch.float32])

@@ -902,8 +902,8 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 
 
 class _StreamWorkspaces:
-    """The two look-back workspaces of one stream (or of one graph capture on it), which its split
-    launches take in turn.
+    """The two look-back workspaces of one thread on one stream (or in one graph capture on it), which
+    the thread's split launches there take in turn.
 
     A workspace's int32 flags are `chunk_carry`'s block counters (one per block of `window` chunks of
     each row tile), the status words and the ticket: zeros when a launch starts. A launch leaves the words
@@ -949,12 +949,32 @@ class _StreamWorkspaces:
             self.dirty[other] = 0
 
 
-# The workspaces of each (device, stream, graph capture): streams keep their own, since launches on two
-# streams may run at once, and so does each graph capture, whose launches run whenever and wherever the
-# graph is replayed. A capture's are allocated (and zeroed, by nodes of the graph) at its first split
+# The workspaces of each (device, stream, graph capture), per thread: streams keep their own, since launches
+# on two streams may run at once, and so does each graph capture, whose launches run whenever and wherever
+# the graph is replayed. A capture's are allocated (and zeroed, by nodes of the graph) at its first split
 # launches, and dropped from here when the stream's next capture starts; the graph keeps their memory.
-_workspaces: dict[tuple[torch.device, int, int], _StreamWorkspaces] = {}
+# Threads keep their own too: they share streams, and a launch that another thread issued between this
+# thread's taking a workspace and its launch would run before the launch that was to zero its words.
+_thread_state = threading.local()
 _pending = threading.local()
+
+
+def _thread_workspaces() -> dict[tuple[torch.device, int, int], _StreamWorkspaces]:
+    """This thread's workspaces by (device, stream, capture): they go with the thread."""
+    try:
+        return _thread_state.workspaces
+    except AttributeError:
+        workspaces = _thread_state.workspaces = {}
+        return workspaces
+
+
+def _stream_workspaces(key: tuple[torch.device, int, int]) -> _StreamWorkspaces:
+    """This thread's workspaces of ``key`` (device, stream, capture), made where it has none yet."""
+    table = _thread_workspaces()
+    workspaces = table.get(key)
+    if workspaces is None:
+        workspaces = table[key] = _StreamWorkspaces(key[0])
+    return workspaces
 
 
 def _workspace_key(device: torch.device) -> tuple[torch.device, int, int] | None:
@@ -968,8 +988,9 @@ def _workspace_key(device: torch.device) -> tuple[torch.device, int, int] | None
     capture = _capture_id(stream)
     if capture is None:
         return None
-    for key in [key for key in _workspaces if key[:2] == (device, stream) and key[2] not in (0, capture)]:
-        del _workspaces[key]
+    table = _thread_workspaces()
+    for key in [key for key in table if key[:2] == (device, stream) and key[2] not in (0, capture)]:
+        del table[key]
     return device, stream, capture
 
 
@@ -1037,9 +1058,7 @@ def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device
         values = torch.empty(geometry.value_count, dtype=dtype, device=device)
         spent, spent_words = _placeholder(device), 0
     else:
-        workspaces = _workspaces.get(key)
-        if workspaces is None:
-            workspaces = _workspaces[key] = _StreamWorkspaces(device)
+        workspaces = _stream_workspaces(key)
         flags, values, spent, spent_words, other = workspaces.take(geometry.flag_words, geometry.value_count, dtype)
         _pending.cleared = functools.partial(workspaces.cleared, other, spent_words)
     arguments = (flags[counters : counters + slots], values[: geometry.aggregate_count],
@@ -1051,7 +1070,7 @@ def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device
             # a capture's workspaces are the graph's: a replay outside it must not touch them
             recording.abandon(worth_retrying=True)
         else:
-            recording.use_workspace(key[1], workspaces, geometry, arguments)
+            recording.use_workspace(key, workspaces, geometry, arguments)
     return arguments
 
 

@@ -173,8 +173,9 @@ class _Launch:
     grid: tuple[int, ...]
     template: tuple  # the arguments, with None where `dynamic` puts a pointer
     dynamic: tuple[tuple[int, _Source], ...]
-    # (first slot, the stream's workspaces, their geometry): the six look-back arguments from there on,
-    # taken from the stream's workspaces at every call (``_launch._lookback_workspace``)
+    # (first slot, (the workspaces' key (device, stream, 0), the recording thread's, that thread's id), their
+    # geometry): the six look-back arguments from there on, taken at every call from the calling thread's
+    # workspaces of that stream (``_launch._lookback_workspace``)
     workspace: tuple | None = None
 
 
@@ -338,8 +339,12 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
                 base = f"p{tensor_index[source.index]}" if source.from_input else f"q{source.index}"
                 args[slot] = f"{base} + {source.byte_offset}" if source.byte_offset else base
             if step.workspace is not None:
-                first, workspaces, geometry = step.workspace
-                lines.append(f"    w = {bind(geometry.pointers)}({bind(workspaces)})")
+                # the calling thread's workspaces of the recording's stream: the recording thread's at hand
+                first, (key, workspaces, thread), geometry = step.workspace
+                names["_thread"] = threading.get_ident
+                names["_stream_workspaces"] = _kernels()._stream_workspaces
+                lines.append(f"    ws = {bind(workspaces)} if _thread() == {thread} else _stream_workspaces({bind(key)})")
+                lines.append(f"    w = {bind(geometry.pointers)}(ws)")
                 for index in range(6):
                     args[first + index] = f"w[{index}]"
             direct = _kernels().direct_launch(step.compiled, step.grid)
@@ -352,7 +357,7 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
                 arguments = ", ".join([*head[1:], *args, *map(bind, step.constexprs)])
                 lines.append(f"    {head[0]}({arguments})")
             if step.workspace is not None:
-                lines.append(f"    {bind(step.workspace[1].cleared)}(w[6], w[5])")
+                lines.append("    ws.cleared(w[6], w[5])")
     outputs = []
     for view in result:
         whole = allocations[view.allocation]
@@ -423,12 +428,13 @@ class _Recording(TorchDispatchMode):
                 return
         self.replayable = False
 
-    def use_workspace(self, stream: int, workspaces: Any, geometry: Any, arguments: tuple) -> None:
-        """The next launch takes ``arguments`` from ``stream``'s look-back ``workspaces`` (``_launch``)."""
-        if self.stream is not None and self.stream != stream:
+    def use_workspace(self, key: tuple, workspaces: Any, geometry: Any, arguments: tuple) -> None:
+        """The next launch takes ``arguments`` from this thread's look-back ``workspaces`` of ``key`` (device,
+        stream, capture 0); each thread keeps its own (``_launch._stream_workspaces``)."""
+        if self.stream is not None and self.stream != key[1]:
             self.abandon()
-        self.stream = stream
-        self.workspace = (workspaces, geometry, arguments)
+        self.stream = key[1]
+        self.workspace = ((key, workspaces, threading.get_ident()), geometry, arguments)
 
     def _source(self, tensor: torch.Tensor) -> _Source | None:
         """The unique input or allocation whose memory ``tensor`` starts in."""
@@ -451,13 +457,13 @@ class _Recording(TorchDispatchMode):
         dynamic = []
         workspace = None
         if self.workspace is not None:
-            workspaces, geometry, arguments = self.workspace
+            taken_from, geometry, arguments = self.workspace
             self.workspace = None
             first = next((slot for slot, value in enumerate(args) if value is arguments[0]), None)
             if first is None or any(args[first + i] is not value for i, value in enumerate(arguments[:5])):
                 self.replayable = False
                 return
-            workspace = (first, workspaces, geometry)
+            workspace = (first, taken_from, geometry)
             for slot in range(first, first + len(arguments)):
                 template[slot] = None
         for slot, value in enumerate(args):
