@@ -150,12 +150,13 @@ def compile_options(launch: Launch) -> tuple[dict, dict, dict, dict]:
         elif isinstance(value, bool):
             signature[name] = "i1"
         elif isinstance(value, int):
-            if value == 1:
+            # an argument the kernel does not specialise on is a plain integer whatever its value
+            if value == 1 and not param.do_not_specialize:
                 signature[name] = "constexpr"
                 constants[name] = 1
                 continue
             signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
-            if value % 16 == 0:
+            if value % 16 == 0 and not param.do_not_specialize:
                 attributes[(index,)] = [["tt.divisibility", 16]]
         elif isinstance(value, float):
             signature[name] = "fp64" if "float64" in str(param.annotation) else "fp32"

@@ -9,6 +9,7 @@ real and are checked against the float64 oracle (tests/test_cuda.py, test_replay
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import torch
@@ -130,6 +131,44 @@ def test_replay_launches_what_the_full_path_launches(fake_launches, case):
                 assert isinstance(value, int) and value not in input_pointers, f"slot {slot}: workspace"
             else:
                 assert value == expected, f"slot {slot}: scalar argument"
+
+
+def test_a_split_call_replays_with_the_calling_threads_workspaces(fake_launches):
+    # each thread keeps its own look-back workspaces per stream: a replay takes the calling thread's.
+    # Faked launches never report themselves issued, so earlier tests' workspaces still wait for the host
+    # to zero them, which a recording cannot repeat: this thread starts from none
+    _launch._thread_workspaces().clear()
+    function, args, kwargs = fresh_call("gae split", 0)
+    function(*args, **kwargs)
+    function(*args, **kwargs)
+    assert function.replays, "the call was not recorded for replay"
+
+    def workspace_pointers(launched: list, workspaces) -> set:
+        flags = [f for f in workspaces.flags if f is not None]
+        return {value for value in launched if value.__class__ is int
+                for f in flags if f.data_ptr() <= value < f.data_ptr() + 4 * f.numel()}
+
+    key = (torch.device("cpu"), 0, 0)
+    start = len(fake_launches)
+    function(*args, **kwargs)  # a replay on this thread
+    (_, _, replayed), = fake_launches[start:]
+    assert workspace_pointers(replayed, _launch._thread_workspaces()[key])
+
+    theirs = []
+
+    def other_thread() -> None:
+        start = len(fake_launches)
+        function(*args, **kwargs)
+        (_, _, launched), = fake_launches[start:]
+        workspaces = _launch._thread_workspaces()[key]
+        theirs.append((workspaces, workspace_pointers(launched, workspaces)))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    (other_workspaces, other_pointers), = theirs
+    assert other_workspaces is not _launch._thread_workspaces()[key]
+    assert other_pointers, "the other thread's replay did not take its own workspaces"
 
 
 def test_scalars_and_layouts_are_part_of_the_signature(fake_launches):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import math
@@ -900,19 +901,181 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     return placeholder
 
 
-def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(status, aggregates, prefixes, ticket counter); only the integers need zeroing: the status words,
-    the ticket and, just before the status words, `chunk_carry`'s counters."""
+class _StreamWorkspaces:
+    """The two look-back workspaces of one thread on one stream (or in one graph capture on it), which
+    the thread's split launches there take in turn.
+
+    A workspace's int32 flags are `chunk_carry`'s block counters (one per block of `window` chunks of
+    each row tile), the status words and the ticket: zeros when a launch starts. A launch leaves the words
+    it used behind, and the next split launch on the stream zeroes them while it uses the other workspace
+    (kernels/scan.py: ``clear_spent_workspace``), so no call zeroes a workspace before its launch (on an
+    H200 a zero fill is a kernel of its own: 1.15-1.2 us of a CUDA graph per call, 5.9 us of host time).
+    ``dirty[i]``: the leading words of workspace i that a launch may have left behind and no launch has
+    zeroed since. The aggregates and prefixes (written before they are read) are kept per compute dtype.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.flags: list[torch.Tensor | None] = [None, None]
+        self.dirty = [0, 0]
+        self.turn = 0
+        self.values: dict[torch.dtype, torch.Tensor] = {}
+
+    def take(self, flag_words: int, value_count: int, dtype: torch.dtype
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+        """(flags, values, the other workspace's flags, how many of them to zero, the other's index) for the
+        next launch; ``cleared`` is to be called with the last two once that launch has been issued."""
+        own, other = self.turn, 1 - self.turn
+        flags = self.flags[own]
+        if flags is None or flags.numel() < flag_words:
+            size = flag_words if flags is None else max(flag_words, 2 * flags.numel())
+            flags = self.flags[own] = torch.zeros(size, dtype=torch.int32, device=self.device)
+        elif self.dirty[own]:
+            # the launch that was to zero it was never issued
+            flags[: self.dirty[own]].zero_()
+        values = self.values.get(dtype)
+        if values is None or values.numel() < value_count:
+            size = value_count if values is None else max(value_count, 2 * values.numel())
+            values = self.values[dtype] = torch.empty(size, dtype=dtype, device=self.device)
+        spent = self.flags[other]
+        spent_words = self.dirty[other] if spent is not None else 0
+        self.dirty[own] = flag_words
+        self.turn = other
+        return flags, values, flags if spent is None else spent, spent_words, other
+
+    def cleared(self, other: int, words: int) -> None:
+        """A launch that zeroes the first ``words`` flags of workspace ``other`` has been issued."""
+        if self.dirty[other] <= words:
+            self.dirty[other] = 0
+
+
+# The workspaces of each (device, stream, graph capture), per thread: streams keep their own, since launches
+# on two streams may run at once, and so does each graph capture, whose launches run whenever and wherever
+# the graph is replayed. A capture's are allocated (and zeroed, by nodes of the graph) at its first split
+# launches, and dropped from here when the stream's next capture starts; the graph keeps their memory.
+# Threads keep their own too: they share streams, and a launch that another thread issued between this
+# thread's taking a workspace and its launch would run before the launch that was to zero its words.
+_thread_state = threading.local()
+_pending = threading.local()
+
+
+def _thread_workspaces() -> dict[tuple[torch.device, int, int], _StreamWorkspaces]:
+    """This thread's workspaces by (device, stream, capture): they go with the thread."""
+    try:
+        return _thread_state.workspaces
+    except AttributeError:
+        workspaces = _thread_state.workspaces = {}
+        return workspaces
+
+
+def _stream_workspaces(key: tuple[torch.device, int, int]) -> _StreamWorkspaces:
+    """This thread's workspaces of ``key`` (device, stream, capture), made where it has none yet."""
+    table = _thread_workspaces()
+    workspaces = table.get(key)
+    if workspaces is None:
+        workspaces = table[key] = _StreamWorkspaces(key[0])
+    return workspaces
+
+
+def _workspace_key(device: torch.device) -> tuple[torch.device, int, int] | None:
+    """(device, stream, capture) of a launch on ``device`` now (capture 0: none), or None where the
+    launch takes a workspace of its own (a capture whose id is not known)."""
+    if device.type != "cuda":
+        return device, 0, 0  # Triton's interpreter runs one launch at a time
+    stream = torch._C._cuda_getCurrentRawStream(device.index)
+    if not torch.cuda.is_current_stream_capturing():
+        return device, stream, 0
+    capture = _capture_id(stream)
+    if capture is None:
+        return None
+    table = _thread_workspaces()
+    for key in [key for key in table if key[:2] == (device, stream) and key[2] not in (0, capture)]:
+        del table[key]
+    return device, stream, capture
+
+
+@functools.cache
+def _capture_info_function() -> Callable | None:
+    """The driver's ``cuStreamGetCaptureInfo_v2``, or None."""
+    try:
+        function = ctypes.CDLL("libcuda.so.1").cuStreamGetCaptureInfo_v2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
+                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _capture_id(stream: int) -> int | None:
+    """The id of the graph capture under way on ``stream`` (unique per capture in a process), or None."""
+    function = _capture_info_function()
+    if function is None:
+        return None
+    status, capture = ctypes.c_int(), ctypes.c_uint64()
+    if function(stream, ctypes.byref(status), ctypes.byref(capture), None, None, None) != 0 or status.value != 1:
+        return None  # CUDA_SUCCESS and CU_STREAM_CAPTURE_STATUS_ACTIVE expected
+    return capture.value
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkspaceGeometry:
+    """Where a launch's look-back arguments lie in its stream's workspaces (in elements)."""
+
+    counters: int
+    slots: int
+    flag_words: int
+    aggregate_count: int
+    value_count: int
+    dtype: torch.dtype
+
+    def views(self, flags: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(status words, aggregates, prefixes, ticket) in a workspace: chunk_carry's block counters come
+        first in ``flags``, then the status words, then the ticket."""
+        return (flags[self.counters : self.counters + self.slots], values[: self.aggregate_count],
+                values[self.aggregate_count : self.value_count], flags[self.counters + self.slots : self.flag_words])
+
+    def pointers(self, workspaces: _StreamWorkspaces) -> tuple[int, ...]:
+        """What a replay passes: ``views``' addresses from the next of ``workspaces``, the flags to zero
+        and how many, then the index of the workspace they are in (for ``_StreamWorkspaces.cleared``)."""
+        flags, values, spent, spent_words, other = workspaces.take(self.flag_words, self.value_count, self.dtype)
+        base, value_base, item = flags.data_ptr(), values.data_ptr(), values.element_size()
+        return (base + 4 * self.counters, value_base, value_base + item * self.aggregate_count,
+                base + 4 * (self.counters + self.slots), spent.data_ptr(), spent_words, other)
+
+
+def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple:
+    """(status, aggregates, prefixes, ticket counter, flags to zero, how many) of a launch.
+
+    Split launches take views of their stream's workspaces (``_StreamWorkspaces``); a launch under a
+    graph capture whose id is not known takes fresh ones. The launch (``_launch``) reports itself issued.
+    """
+    _pending.cleared = None
     if not plan.split:
         dummy = _placeholder(device)
-        return dummy, dummy, dummy, dummy
+        return dummy, dummy, dummy, dummy, dummy, 0
     slots = plan.num_row_tiles * plan.num_segments
-    # before the status words: one counter per block of `window` chunks of each row tile (`chunk_carry`)
     counters = plan.num_row_tiles * triton.cdiv(plan.num_segments, plan.window)
-    flags = torch.zeros(counters + slots + 1, dtype=torch.int32, device=device)
-    values = torch.empty(3 * slots * plan.block_rows, dtype=dtype, device=device)
-    return (flags[counters : counters + slots], values[: 2 * slots * plan.block_rows],
-            values[2 * slots * plan.block_rows :], flags[counters + slots :])
+    geometry = WorkspaceGeometry(counters, slots, counters + slots + 1, 2 * slots * plan.block_rows,
+                                 3 * slots * plan.block_rows, dtype)
+    key = _workspace_key(device)
+    if key is None:
+        flags = torch.zeros(geometry.flag_words, dtype=torch.int32, device=device)
+        values = torch.empty(geometry.value_count, dtype=dtype, device=device)
+        spent, spent_words = _placeholder(device), 0
+    else:
+        workspaces = _stream_workspaces(key)
+        flags, values, spent, spent_words, other = workspaces.take(geometry.flag_words, geometry.value_count, dtype)
+        _pending.cleared = functools.partial(workspaces.cleared, other, spent_words)
+    arguments = (*geometry.views(flags, values), spent, spent_words)
+    recording = _replay.active_recording()
+    if recording is not None and key is not None:
+        if key[2]:
+            # a capture's workspaces are the graph's: a replay outside it must not touch them
+            recording.abandon(worth_retrying=True)
+        else:
+            recording.use_workspace(key, workspaces, geometry, arguments)
+    return arguments
 
 
 def _float_arg(value: float) -> object:
@@ -1086,12 +1249,12 @@ class _CompileBatch:
     """
 
     def __init__(self) -> None:
-        self.launches: list[tuple[triton.runtime.JITFunction, tuple[int], tuple, dict]] = []
+        self.launches: list[tuple[triton.runtime.JITFunction, tuple[int], tuple, dict, Callable | None]] = []
         self.compiles: dict[tuple, concurrent.futures.Future] = {}
 
     def hold(self, key: tuple, compiled: bool, kernel: triton.runtime.JITFunction, grid: tuple[int],
-             args: tuple, meta: dict) -> None:
-        self.launches.append((kernel, grid, args, meta))
+             args: tuple, meta: dict, cleared: Callable[[], None] | None = None) -> None:
+        self.launches.append((kernel, grid, args, meta, cleared))
         if not compiled and key not in self.compiles:
             device = torch.cuda.current_device()
             self.compiles[key] = _compile_threads().submit(
@@ -1100,7 +1263,8 @@ class _CompileBatch:
     def run(self) -> None:
         for compile_done in self.compiles.values():
             compile_done.result()
-        for kernel, grid, args, meta in self.launches:
+        for kernel, grid, args, meta, cleared in self.launches:
+            _pending.cleared = cleared
             _launch(kernel, grid, *args, **meta)
 
 
@@ -1151,23 +1315,28 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     launch; one through Triton's path cannot be replayed.
     """
     recording = _replay.active_recording()
+    # the look-back workspace this launch zeroes counts as zeroed once the launch is issued
+    cleared = getattr(_pending, "cleared", None)
+    _pending.cleared = None
     if not _direct_launch.enabled or interpreter_enabled() or _profiling_hooks():
         if recording is not None:
             recording.abandon()
         kernel[grid](*args, **_grouped_meta(args, meta))
+        _issued(cleared)
         return
     device = driver.active.get_current_device()
     key = (id(kernel), device, *meta.values(), *_specialisation(args))
     entry = _compiled.get(key)
     batch = getattr(_batch, "current", None)
     if batch is not None and (entry is None or batch.launches):
-        batch.hold(key, entry is not None, kernel, grid, args, meta)
+        batch.hold(key, entry is not None, kernel, grid, args, meta, cleared)
         if recording is not None:
             recording.abandon(worth_retrying=True)
         return
     if entry is None:
         meta = _grouped_meta(args, meta)
         compiled = kernel[grid](*args, **meta)
+        _issued(cleared)
         if hasattr(compiled, "packed_metadata"):
             names = kernel.arg_names[len(args):]
             defaults = {p.name: p.default for p in kernel.params}
@@ -1178,6 +1347,7 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
     compiled, constexprs = entry
     try:
         run_compiled(compiled, constexprs, grid, args)
+        _issued(cleared)
         if recording is not None:
             recording.launch(compiled, constexprs, grid, args, tuple(_placeholders.values()))
     except TypeError:
@@ -1188,6 +1358,12 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
         if recording is not None:
             recording.abandon()
         kernel[grid](*args, **_grouped_meta(args, meta))
+        _issued(cleared)
+
+
+def _issued(cleared: Callable[[], None] | None) -> None:
+    if cleared is not None:
+        cleared()
 
 
 def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, shape: tuple[int, int] | None = None) -> dict:
@@ -1249,12 +1425,12 @@ def gae(
                       strided_time_major=(GAE_TRUNCATED_STRIDED_TIME_MAJOR if truncateds is not None
                                           else GAE_STRIDED_TIME_MAJOR),
                       narrow_whole_rows=_NARROW_WHOLE_ROWS)
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    workspace = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
         gae_kernel, plan.grid,
         rewards, values, terminateds, truncateds, bootstrap, advantages,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *rewards.stride(), *values.stride(), *terminateds.stride(), *_strides(truncateds),
         *boot_strides, *advantages.stride(),
@@ -1297,7 +1473,7 @@ def vtrace(
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
                       narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP,
                       strided_time_major=VTRACE_STRIDED_TIME_MAJOR, narrow_whole_rows=_NARROW_WHOLE_ROWS)
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    workspace = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
         raise RuntimeError("vtrace outputs must share one layout")
@@ -1305,7 +1481,7 @@ def vtrace(
         vtrace_kernel, plan.grid,
         log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds, bootstrap,
         targets, advantages,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *log_pi_target.stride(), *log_pi_behavior.stride(), *values.stride(), *rewards.stride(),
         *terminateds.stride(), *_strides(truncateds), *boot_strides, *targets.stride(),
@@ -1401,12 +1577,12 @@ def retrace(
     plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
                                num_warps=num_warps, max_registers=_register_cap(max_registers),
                                walk_ahead=walk_ahead)
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    workspace = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         retrace_kernel, plan.grid,
         action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards,
         terminateds, truncateds, targets, advantages,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles,
         *action_probs_target.stride(), *next_q_values_all.stride(), *action_probs_behavior.stride(),
         *q_values.stride(), *actions.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(),
@@ -1697,12 +1873,12 @@ def _retrace_scan(
     else:
         # the kernel does not read the action grouping: one value for every call, one compiled kernel
         lanes = passes = sub_steps = segment_chunks = 1
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    workspace = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         retrace_scan_kernel, plan.grid,
         q_values, rewards, terminateds, truncateds, targets, advantages,
         action_probs_target, action_probs_behavior, actions, next_q_values_all,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles, segment_chunks,
         *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
         *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
@@ -1738,11 +1914,11 @@ def returns(
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
                       time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK,
                       strided_time_major=DISCOUNTED_STRIDED_TIME_MAJOR if discounted else LAMBDA_STRIDED_TIME_MAJOR)
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, rewards.device)
+    workspace = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
         rewards, next_values, terminateds, truncateds, bootstrap_values, out,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *rewards.stride(), *_strides(next_values), *terminateds.stride(), *_strides(truncateds),
         *_strides(bootstrap_values), *out.stride(),
@@ -1777,11 +1953,11 @@ def episodic_scan(
         # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
         # eligibility traces 8x2^21 73 -> 66-69, 8x131072 29 -> 26; benchmarks/results/h200-2026-11-30-run7-*)
         plan = dataclasses.replace(plan, vec=1, strided_groups=False)
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, inputs.device)
+    workspace = _lookback_workspace(plan, dtype, inputs.device)
     _launch(
         episodic_scan_kernel, plan.grid,
         inputs, dones, seed_values, out,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
@@ -1798,11 +1974,11 @@ def linear_recurrence(
     dtype = _compute_dtype(a, b, carry)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(a), a.device, heavy=False,
                       element_bytes=_element_bytes(a, b, out))
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, a.device)
+    workspace = _lookback_workspace(plan, dtype, a.device)
     _launch(
         linear_recurrence_kernel, plan.grid,
         a, b, carry, out,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *a.stride(), *b.stride(), 0 if carry is None else carry.stride(0), *out.stride(),
         HAS_CARRY=carry is not None, BACKWARD=backward, PREFETCH=plan.prefetch, VEC=plan.vec,
@@ -1830,12 +2006,12 @@ def gae_backward(
 
     num_rows, seq_len = grad_advantages.shape
     plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, terminateds.device)
+    workspace = _lookback_workspace(plan, dtype, terminateds.device)
     grad_bootstrap, mode, boot_strides = _bootstrap_arg(grad_bootstrap_values, grad_last_value)
     _launch(
         gae_backward_kernel, plan.grid,
         grad_advantages, terminateds, truncateds, grad_rewards, grad_values, grad_bootstrap,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *grad_advantages.stride(), *terminateds.stride(), *_strides(truncateds),
         *_strides(grad_rewards), *_strides(grad_values), *boot_strides,
@@ -1865,11 +2041,11 @@ def returns_backward(
 
     num_rows, seq_len = grad_returns.shape
     plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
-    status, aggregates, prefixes, counter = _lookback_workspace(plan, dtype, terminateds.device)
+    workspace = _lookback_workspace(plan, dtype, terminateds.device)
     _launch(
         returns_backward_kernel, plan.grid,
         grad_returns, terminateds, truncateds, grad_rewards, grad_next_values, grad_bootstrap_values,
-        status, aggregates, prefixes, counter,
+        *workspace,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *grad_returns.stride(), *terminateds.stride(), *_strides(truncateds),
         *_strides(grad_rewards), *_strides(grad_next_values), *_strides(grad_bootstrap_values),

@@ -98,8 +98,9 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
     if kwargs:
         parts.append(tuple(kwargs))
     if on_cuda:
-        # kernels launch on the current device
-        parts.append(torch.cuda.current_device())
+        # kernels launch on the current device and stream (whose look-back workspaces a recording may use)
+        device = torch.cuda.current_device()
+        parts += (device, torch._C._cuda_getCurrentRawStream(device))
     return tuple(parts)
 
 
@@ -172,6 +173,10 @@ class _Launch:
     grid: tuple[int, ...]
     template: tuple  # the arguments, with None where `dynamic` puts a pointer
     dynamic: tuple[tuple[int, _Source], ...]
+    # (first slot, (the workspaces' key (device, stream, 0), the recording thread's, that thread's id), their
+    # geometry): the six look-back arguments from there on, taken at every call from the calling thread's
+    # workspaces of that stream (``_launch._lookback_workspace``)
+    workspace: tuple | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,9 +249,11 @@ def _reallocated_as_views(steps: list, result: list[_ResultView]) -> dict[int, _
 
 
 def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, allocations: list[torch.Tensor],
-                     flat_args: tuple, device: int | None) -> Callable:
+                     flat_args: tuple, device: int | None, stream: int | None = None) -> Callable:
     """The recorded call as one Python function of a new call's flattened arguments. It returns
-    the call's result if the call repeats the recorded one, and None if it does not.
+    the call's result if the call repeats the recorded one, and None if it does not. A call whose
+    launch takes a stream's look-back workspaces (``stream``) repeats only on that stream, outside graph
+    capture.
 
     A call repeats the recorded one if its non-tensor arguments are equal (and of the same type),
     its tensors have the recorded properties (``_tensor_matcher``) and their pointers' 16-byte
@@ -302,6 +309,9 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
         # kernels launch on the current device
         lines.append(f"    if _current_device() != {device}: return None")
         lines.append(f"    stream = _current_stream({device})")
+        if stream is not None:
+            names["_capturing"] = torch._C._cuda_isCurrentStreamCapturing
+            lines.append(f"    if stream != {stream} or _capturing(): return None")
     # an output that is a whole allocation seen through other strides (a transpose, batch dims) is
     # allocated with the output's own strides: the kernels see the same addresses, and the replay
     # skips an ``as_strided`` and may use ``empty_like``
@@ -328,6 +338,15 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
             for slot, source in step.dynamic:
                 base = f"p{tensor_index[source.index]}" if source.from_input else f"q{source.index}"
                 args[slot] = f"{base} + {source.byte_offset}" if source.byte_offset else base
+            if step.workspace is not None:
+                # the calling thread's workspaces of the recording's stream: the recording thread's at hand
+                first, (key, workspaces, thread), geometry = step.workspace
+                names["_thread"] = threading.get_ident
+                names["_stream_workspaces"] = _kernels()._stream_workspaces
+                lines.append(f"    ws = {bind(workspaces)} if _thread() == {thread} else _stream_workspaces({bind(key)})")
+                lines.append(f"    w = {bind(geometry.pointers)}(ws)")
+                for index in range(6):
+                    args[first + index] = f"w[{index}]"
             direct = _kernels().direct_launch(step.compiled, step.grid)
             if direct is None:
                 launch = bind(_kernels().replay_launcher(step.compiled, step.constexprs, step.grid))
@@ -337,6 +356,8 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
                 head = [bind(c_launch), *map(bind, grid), "stream", *map(bind, fixed)]
                 arguments = ", ".join([*head[1:], *args, *map(bind, step.constexprs)])
                 lines.append(f"    {head[0]}({arguments})")
+            if step.workspace is not None:
+                lines.append("    ws.cleared(w[6], w[5])")
     outputs = []
     for view in result:
         whole = allocations[view.allocation]
@@ -373,6 +394,10 @@ class _Recording(TorchDispatchMode):
         self.replayable = True
         # whether an identical call may be replayable later (this one only compiled a kernel)
         self.worth_retrying = False
+        # the look-back workspaces of the stream that the next split launch takes (with its arguments), and
+        # the stream: replays run on that stream only, never under graph capture, and take them afresh
+        self.workspace: tuple | None = None
+        self.stream: int | None = None
 
     def abandon(self, worth_retrying: bool = False) -> None:
         """Stop recording; ``worth_retrying``: the call did nothing unrepeatable (a first launch compiles)."""
@@ -403,6 +428,14 @@ class _Recording(TorchDispatchMode):
                 return
         self.replayable = False
 
+    def use_workspace(self, key: tuple, workspaces: Any, geometry: Any, arguments: tuple) -> None:
+        """The next launch takes ``arguments`` from this thread's look-back ``workspaces`` of ``key`` (device,
+        stream, capture 0); each thread keeps its own (``_launch._stream_workspaces``)."""
+        if self.stream is not None and self.stream != key[1]:
+            self.abandon()
+        self.stream = key[1]
+        self.workspace = ((key, workspaces, threading.get_ident()), geometry, arguments)
+
     def _source(self, tensor: torch.Tensor) -> _Source | None:
         """The unique input or allocation whose memory ``tensor`` starts in."""
         pointer = tensor.data_ptr()
@@ -422,7 +455,20 @@ class _Recording(TorchDispatchMode):
             return
         template = list(args)
         dynamic = []
+        workspace = None
+        if self.workspace is not None:
+            taken_from, geometry, arguments = self.workspace
+            self.workspace = None
+            first = next((slot for slot, value in enumerate(args) if value is arguments[0]), None)
+            if first is None or any(args[first + i] is not value for i, value in enumerate(arguments[:5])):
+                self.replayable = False
+                return
+            workspace = (first, taken_from, geometry)
+            for slot in range(first, first + len(arguments)):
+                template[slot] = None
         for slot, value in enumerate(args):
+            if workspace is not None and workspace[0] <= slot < workspace[0] + 6:
+                continue
             if not isinstance(value, torch.Tensor):
                 continue
             if any(value is constant for constant in constants):
@@ -434,7 +480,7 @@ class _Recording(TorchDispatchMode):
                 return
             template[slot] = None
             dynamic.append((slot, source))
-        self.steps.append(_Launch(compiled, constexprs, tuple(grid), tuple(template), tuple(dynamic)))
+        self.steps.append(_Launch(compiled, constexprs, tuple(grid), tuple(template), tuple(dynamic), workspace))
 
     def finish(self, result: Any) -> Callable | None:
         if not self.replayable:
@@ -482,7 +528,7 @@ class _Recording(TorchDispatchMode):
         device = torch.cuda.current_device() if any(
             isinstance(value, torch.Tensor) and value.is_cuda for value in self.flat_args) else None
         return _replay_function(steps, views, is_tuple, [self.allocations[index] for index in kept],
-                                self.flat_args, device)
+                                self.flat_args, device, self.stream)
 
     def __enter__(self) -> Self:
         _local.recording = self

@@ -24,6 +24,7 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
     claim_work,
+    clear_spent_workspace,
     last_column,
     load_flag,
     load_tile,
@@ -54,11 +55,11 @@ def adjoint_chunk_inputs(
     return steps, mask, grad, terminated, truncated
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def gae_backward_kernel(
     grad_advantages_ptr, terminated_ptr, truncated_ptr,
     grad_rewards_ptr, grad_values_ptr, grad_bootstrap_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_chunks, num_row_tiles,
     s_grad_row, s_grad_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
     s_grad_rewards_row, s_grad_rewards_time, s_grad_values_row, s_grad_values_time,
@@ -71,6 +72,7 @@ def gae_backward_kernel(
 ):
     """BOOTSTRAP_GRAD: 0 none, 1 ``last_value`` (one per row), 2 ``bootstrap_values`` (as in kernels/gae.py)."""
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     discount = tl.cast(gamma, DTYPE)
     trace = tl.cast(lambda_, DTYPE)

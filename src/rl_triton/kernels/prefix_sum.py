@@ -11,6 +11,7 @@ import triton.language as tl
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
+    clear_spent_workspace,
     direct_scan,
     in_range,
     load_chunk,
@@ -73,10 +74,10 @@ def episodic_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, False, STRIDED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def episodic_scan_kernel(
     inputs_ptr, dones_ptr, seed_ptr, out_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_chunks, num_row_tiles, segment_chunks,
     s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_seed_row, s_out_row, s_out_time,
     decay: tl.float64,
@@ -86,6 +87,7 @@ def episodic_scan_kernel(
     WHOLE_TILES: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     # x[-1] = seed; a walked segment other than the first in time starts from zero
     carry = tl.zeros([BLOCK_ROWS], DTYPE)

@@ -12,6 +12,7 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_window,
     claim_work,
+    clear_spent_workspace,
     last_step,
     load_chunk,
     per_step,
@@ -21,10 +22,10 @@ from rl_triton.kernels.scan import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def linear_recurrence_kernel(
     a_ptr, b_ptr, carry_ptr, out_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_chunks, num_row_tiles,
     s_a_row, s_a_time, s_b_row, s_b_time, s_carry_row, s_out_row, s_out_time,
     HAS_CARRY: tl.constexpr, BACKWARD: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
@@ -32,6 +33,7 @@ def linear_recurrence_kernel(
     VEC: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_CARRY:

@@ -48,6 +48,7 @@ from rl_triton.kernels.scan import (
     chunk_steps,
     claim_segment,
     claim_work,
+    clear_spent_workspace,
     last_column,
     load_chunk,
     load_episode_flags,
@@ -198,11 +199,11 @@ def previous_in_order(x, y, x_before, y_before, BLOCK_TIME: tl.constexpr):
     return x_previous, y_previous
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def retrace_kernel(
     probs_target_ptr, probs_behavior_ptr, q_values_ptr, next_q_ptr, actions_ptr, rewards_ptr,
     terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_actions, num_chunks, num_row_tiles,
     s_pt_row, s_pt_time, s_pt_action, s_nq_row, s_nq_time, s_nq_action,
     s_pb_row, s_pb_time, s_q_row, s_q_time, s_act_row, s_act_time, s_rewards_row, s_rewards_time,
@@ -213,6 +214,7 @@ def retrace_kernel(
     DTYPE: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     discount = tl.cast(gamma, DTYPE)
     trace_scale = tl.cast(lambda_, DTYPE)
@@ -706,11 +708,11 @@ def retrace_ahead_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chun
                        (scanned[0], scanned[1], scanned[2], scanned[3]), carry, chunk)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def retrace_scan_kernel(
     q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr,
     probs_target_ptr, probs_behavior_ptr, actions_ptr, next_q_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_actions, num_chunks, num_row_tiles, segment_chunks,
     s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
     s_out_row, s_out_time, s_pt_row, s_pt_time, s_pt_action, s_pb_row, s_pb_time, s_act_row, s_act_time,
@@ -738,6 +740,7 @@ def retrace_scan_kernel(
     # 72 -> 54% and V-trace 85 -> 69% at 8x2^21 in the same runs.
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT,
                                                       EVEN=WALK)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     args = (
         (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,

@@ -10,6 +10,7 @@ import triton.language as tl
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
+    clear_spent_workspace,
     direct_scan,
     in_processing_order,
     in_processing_order_code,
@@ -95,10 +96,10 @@ def returns_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
                 carried(scan_a, scan_b, carry, VEC), BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def returns_kernel(
     rewards_ptr, next_values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, returns_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_chunks, num_row_tiles, segment_chunks,
     s_rewards_row, s_rewards_time, s_next_row, s_next_time, s_term_row, s_term_time,
     s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time,
@@ -110,6 +111,7 @@ def returns_kernel(
     WHOLE_TILES: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     # G[T] = bootstrap_values[:, T-1]; a walked segment other than the last in time starts from zero
     carry = tl.zeros([BLOCK_ROWS], DTYPE)

@@ -24,6 +24,7 @@ from rl_triton.kernels.gae_backward import adjoint_chunk_inputs
 from rl_triton.kernels.scan import (
     chunk_carry,
     claim_work,
+    clear_spent_workspace,
     last_column,
     scan_with_previous,
     store_tile,
@@ -31,11 +32,11 @@ from rl_triton.kernels.scan import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def returns_backward_kernel(
     grad_returns_ptr, terminated_ptr, truncated_ptr,
     grad_rewards_ptr, grad_next_values_ptr, grad_bootstrap_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_chunks, num_row_tiles,
     s_grad_row, s_grad_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
     s_grad_rewards_row, s_grad_rewards_time, s_grad_next_row, s_grad_next_time,
@@ -47,6 +48,7 @@ def returns_backward_kernel(
     WINDOW: tl.constexpr, DTYPE: tl.constexpr,
 ):
     row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     discount = tl.cast(gamma, DTYPE)
     value_weight = tl.cast(gamma * (1.0 - lambda_), DTYPE)

@@ -58,6 +58,8 @@ _CONSTANT_READY = tl.constexpr(3)
 _NONFINITE = tl.constexpr(4)
 # added to a block's counter per chunk that published something non-finite (the low part counts chunks)
 _NONFINITE_COUNT = tl.constexpr(65536)
+# words each program zeroes per store when it clears the workspace of the launch before (``clear_spent_workspace``)
+_CLEAR_LANES = tl.constexpr(256)
 
 
 @triton.jit
@@ -380,6 +382,24 @@ def last_column(x, BLOCK_TIME: tl.constexpr):
     """x[:, BLOCK_TIME - 1] of a [rows, time] tile, the last step in processing order."""
     lanes = tl.arange(0, BLOCK_TIME)
     return tl.sum(tl.where(lanes[None, :] == BLOCK_TIME - 1, x, tl.zeros_like(x)), axis=1)
+
+
+@triton.jit
+def clear_spent_workspace(spent_ptr, spent_words, SPLIT: tl.constexpr):
+    """Zero the first ``spent_words`` flags at ``spent_ptr``, spread over the launch's programs.
+
+    A stream keeps two look-back workspaces and its split launches take them in turn
+    (``_launch._lookback_workspace``): each launch clears the one the launch before it used, which no
+    program reads any more (that launch has ended), so the next launch finds it zeroed. The count is
+    a launch argument, so no program waits for it. It is the size of the launch before, so it changes
+    from call to call (0 at a stream's first): every kernel that takes it says
+    ``do_not_specialize=["spent_words"]``, or Triton would compile it again whenever the count turns
+    divisible by 16 or not.
+    """
+    if SPLIT:
+        lanes = tl.arange(0, _CLEAR_LANES)
+        for first in range(tl.program_id(0) * _CLEAR_LANES, spent_words, tl.num_programs(0) * _CLEAR_LANES):
+            tl.store(spent_ptr + first + lanes, tl.zeros_like(lanes), mask=first + lanes < spent_words)
 
 
 @triton.jit

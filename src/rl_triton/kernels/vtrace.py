@@ -7,6 +7,7 @@ from rl_triton.kernels.gae import gae_chunk_inputs
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
+    clear_spent_workspace,
     direct_scan,
     in_processing_order,
     in_processing_order_code,
@@ -120,11 +121,11 @@ def vtrace_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
                 BLOCK_ROWS, BLOCK_TIME, VEC, True, STRIDED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["spent_words"])
 def vtrace_kernel(
     log_target_ptr, log_behavior_ptr, values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr,
     targets_ptr, advantages_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
     num_rows, seq_len, num_chunks, num_row_tiles, segment_chunks,
     s_target_row, s_target_time, s_behavior_row, s_behavior_time, s_values_row, s_values_time,
     s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
@@ -136,6 +137,7 @@ def vtrace_kernel(
     WHOLE_TILES: tl.constexpr = False,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     last_value = tl.zeros([BLOCK_ROWS], DTYPE)
     if BOOTSTRAP == 1:
