@@ -24,6 +24,7 @@ from triton.runtime import driver
 
 from rl_triton import _replay
 from rl_triton._dispatch import interpreter_enabled
+from rl_triton._launcher_builds import building_launchers_aside
 from rl_triton.kernels.gae import BOOTSTRAP_FULL, BOOTSTRAP_LAST, BOOTSTRAP_NONE, gae_kernel
 from rl_triton.kernels.prefix_sum import episodic_scan_kernel
 from rl_triton.kernels.recurrence import linear_recurrence_kernel
@@ -1278,7 +1279,7 @@ def _compile_for_launch(device: int, kernel: triton.runtime.JITFunction, grid: t
     """Compile ``kernel`` for a launch, load it and build its C launcher (on a worker thread, whose
     current CUDA device is set first). Errors are left to the launch itself, which compiles again."""
     try:
-        with torch.cuda.device(device):
+        with torch.cuda.device(device), building_launchers_aside():
             compiled = kernel.warmup(*args, grid=grid, **meta)
             getattr(compiled, "run", None)  # loads the kernel and builds its launcher
     except Exception:  # noqa: BLE001, S110 - the launch raises it in the caller's thread
@@ -1335,7 +1336,8 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
         return
     if entry is None:
         meta = _grouped_meta(args, meta)
-        compiled = kernel[grid](*args, **meta)
+        with building_launchers_aside():
+            compiled = kernel[grid](*args, **meta)
         _issued(cleared)
         if hasattr(compiled, "packed_metadata"):
             names = kernel.arg_names[len(args):]
