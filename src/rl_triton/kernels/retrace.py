@@ -48,6 +48,7 @@ from rl_triton.kernels.scan import (
     chunk_steps,
     claim_segment,
     claim_work,
+    clear_spent_workspace,
     last_column,
     load_chunk,
     load_episode_flags,
@@ -212,7 +213,8 @@ def retrace_kernel(
     ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr,
 ):
-    row_tile, order, my_chunks = claim_work(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, SPLIT)
+    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     discount = tl.cast(gamma, DTYPE)
     trace_scale = tl.cast(lambda_, DTYPE)
@@ -736,8 +738,9 @@ def retrace_scan_kernel(
     # interleaved runs (benchmarks/results/h200-2026-11-30-run15-even-segments.txt): 73.4-73.6 / 73.6-74.2
     # -> 77.3-78.1 / 74.7-75.6. The other kernels keep segments of segment_chunks: even ones read GAE
     # 72 -> 54% and V-trace 85 -> 69% at 8x2^21 in the same runs.
-    row_tile, order, first, my_chunks = claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks,
-                                                      segment_chunks, SPLIT, EVEN=WALK)
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT,
+                                                      EVEN=WALK)
+    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     args = (
         (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,

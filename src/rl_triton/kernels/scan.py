@@ -403,28 +403,24 @@ def clear_spent_workspace(spent_ptr, spent_words, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def claim_work(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, SPLIT: tl.constexpr):
-    """(row tile, position in processing order of the first chunk, number of chunks) of this program.
-    A split's programs also zero the workspace words the launch before left (``clear_spent_workspace``)."""
+def claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT: tl.constexpr):
+    """(row tile, position in processing order of the first chunk, number of chunks) of this program."""
     if SPLIT:
         ticket = tl.atomic_add(counter_ptr, 1)
-        row_tile, order = ticket % num_row_tiles, ticket // num_row_tiles
-        clear_spent_workspace(spent_ptr, spent_words, SPLIT)
-        return row_tile, order, 1
+        return ticket % num_row_tiles, ticket // num_row_tiles, 1
     else:
         return tl.program_id(0), 0, num_chunks
 
 
 @triton.jit
-def claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, segment_chunks,
-                  SPLIT: tl.constexpr, EVEN: tl.constexpr = False):
+def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT: tl.constexpr,
+                  EVEN: tl.constexpr = False):
     """(row tile, segment's order, position of its first chunk, its number of chunks) of this program.
 
     A split cuts each row tile's chunks (in processing order) into segments of ``segment_chunks``
     (the last one shorter); EVEN cuts them into as many segments of at most that many chunks, whose
-    lengths differ by one at most. Programs claim segments in order from the ticket counter, and zero
-    the workspace words the launch before left (``clear_spent_workspace``). Without a split a program
-    owns a whole row tile: one segment of every chunk.
+    lengths differ by one at most. Programs claim segments in order from the ticket counter. Without
+    a split a program owns a whole row tile: one segment of every chunk.
     """
     if SPLIT:
         ticket = tl.atomic_add(counter_ptr, 1)
@@ -435,14 +431,10 @@ def claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks
             shorter = num_chunks // num_segments
             longer_ones = num_chunks - shorter * num_segments
             first = order * shorter + tl.minimum(order, longer_ones)
-            row_tile = ticket % num_row_tiles
-            count = shorter + (order < longer_ones).to(tl.int32)
+            return ticket % num_row_tiles, order, first, shorter + (order < longer_ones).to(tl.int32)
         else:
             first = order * segment_chunks
-            row_tile = ticket % num_row_tiles
-            count = tl.minimum(segment_chunks, num_chunks - first)
-        clear_spent_workspace(spent_ptr, spent_words, SPLIT)
-        return row_tile, order, first, count
+            return ticket % num_row_tiles, order, first, tl.minimum(segment_chunks, num_chunks - first)
     else:
         return tl.program_id(0), 0, 0, num_chunks
 
