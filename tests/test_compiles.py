@@ -16,6 +16,7 @@ import json
 import os
 import pathlib
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -118,3 +119,42 @@ def test_guarded_warp_collectives_names_the_cubins_that_hold_them():
     assert "@P0 SHFL.BFLY" in found[3][0] and "@P2 SHFL.BFLY" in found[3][1]
     assert registers.guarded_warp_collectives([plain]) == [[]]
     assert registers.guarded_warp_collectives([]) == []
+
+
+WALKED_FUNCTIONS = """
+import os, sys, tempfile
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+import registers
+for rows, steps, name in ((8, 2**21, "retrace-a4"), (1, 2**24, "retrace-a18"), (8, 2**21, "gae"), (4096, 4096, "retrace-a4")):
+    for launch in registers.record_launches(registers.walking_calls(rows, steps)[name]):
+        ptx = registers._sm90_kernel(launch).asm["ptx"]
+        # a function's name on its declaration and on its definition
+        functions = {line.split("(")[0] for line in ptx.splitlines() if line.startswith(".func ")}
+        calls = ptx.count("call.uni ")
+        finish = sum("finish_walked_segment" in line for line in functions)
+        print(name, rows, steps, launch.kernel.__name__, len(functions), finish, calls)
+"""
+
+
+def test_retrace_walks_end_in_a_function_of_their_own():
+    """The look-back and head redo of Retrace's walked segments compile as a function of their own, called
+    once (``kernels/scan.py: finish_walked_segment_apart``): Triton's coalescing pass takes time in
+    proportion to a function's memory operations times the square of its size, and the redo repeats the
+    kernel's loads. The other walks (GAE here) keep them inlined, and Retrace's programs that do not walk
+    call no function."""
+    ptxas = pathlib.Path(importlib.util.find_spec("triton").origin).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip(f"this Triton has no ptxas at {ptxas}")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root / "benchmarks")])
+    result = subprocess.run([sys.executable, "-c", WALKED_FUNCTIONS], capture_output=True, text=True, env=env,
+                            timeout=600, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split() for line in result.stdout.splitlines()]
+    kernels = [(row[0], row[3]) for row in rows]
+    assert ("retrace-a4", "retrace_scan_kernel") in kernels and ("gae", "gae_kernel") in kernels, rows
+    for row in rows:
+        walked = row[3] == "retrace_scan_kernel" and int(row[2]) > 4096
+        # (functions, of them the segment's end, calls)
+        assert tuple(int(value) for value in row[4:]) == ((1, 1, 1) if walked else (0, 0, 0)), rows

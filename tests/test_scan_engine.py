@@ -133,9 +133,10 @@ def test_shifted_chunk_is_the_tile_one_step_along(shift, flag, backward, vec):
 
 
 @triton.jit
-def claim_segment_kernel(counter_ptr, out_ptr, num_row_tiles, num_chunks, segment_chunks, EVEN: tl.constexpr):
-    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, True,
-                                                      EVEN)
+def claim_segment_kernel(counter_ptr, spent_ptr, spent_words, out_ptr, num_row_tiles, num_chunks, segment_chunks,
+                         EVEN: tl.constexpr):
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks,
+                                                      segment_chunks, True, EVEN)
     program = tl.program_id(0)
     tl.store(out_ptr + 4 * program, row_tile)
     tl.store(out_ptr + 4 * program + 1, order)
@@ -152,8 +153,12 @@ def test_segments_cover_every_chunk_once(even, num_row_tiles, num_chunks, segmen
     num_segments = triton.cdiv(num_chunks, segment_chunks)
     counter = torch.zeros(1, dtype=torch.int32, device=DEVICE)
     out = torch.full((num_row_tiles * num_segments, 4), -1, dtype=torch.int32, device=DEVICE)
-    claim_segment_kernel[(num_row_tiles * num_segments,)](counter, out, num_row_tiles, num_chunks, segment_chunks,
-                                                          EVEN=even)
+    # the programs also zero the words a launch before them left in the other workspace, and no more
+    spent_words = 3 * num_segments + 5
+    spent = torch.full((spent_words + 7,), 9, dtype=torch.int32, device=DEVICE)
+    claim_segment_kernel[(num_row_tiles * num_segments,)](counter, spent, spent_words, out, num_row_tiles, num_chunks,
+                                                          segment_chunks, EVEN=even)
+    assert (spent[:spent_words] == 0).all() and (spent[spent_words:] == 9).all()
     claimed = sorted(tuple(row) for row in out.cpu().tolist())
     for row_tile in range(num_row_tiles):
         segments = [row[1:] for row in claimed if row[0] == row_tile]

@@ -6,7 +6,6 @@ import triton.language as tl
 from rl_triton.kernels.scan import (
     carried,
     claim_segment,
-    clear_spent_workspace,
     direct_scan,
     in_processing_order,
     in_processing_order_code,
@@ -174,8 +173,8 @@ def gae_kernel(
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
     WHOLE_TILES: tl.constexpr = False,
 ):
-    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT)
-    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks,
+                                                      segment_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     last_value = tl.zeros([BLOCK_ROWS], DTYPE)
     if BOOTSTRAP == 1:

@@ -24,7 +24,6 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_steps,
     claim_work,
-    clear_spent_workspace,
     last_column,
     load_flag,
     load_tile,
@@ -71,8 +70,7 @@ def gae_backward_kernel(
     WINDOW: tl.constexpr, DTYPE: tl.constexpr,
 ):
     """BOOTSTRAP_GRAD: 0 none, 1 ``last_value`` (one per row), 2 ``bootstrap_values`` (as in kernels/gae.py)."""
-    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
-    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
+    row_tile, order, my_chunks = claim_work(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     discount = tl.cast(gamma, DTYPE)
     trace = tl.cast(lambda_, DTYPE)

@@ -12,7 +12,6 @@ from rl_triton.kernels.scan import (
     chunk_carry,
     chunk_window,
     claim_work,
-    clear_spent_workspace,
     last_step,
     load_chunk,
     per_step,
@@ -32,8 +31,7 @@ def linear_recurrence_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
     VEC: tl.constexpr,
 ):
-    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
-    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
+    row_tile, order, my_chunks = claim_work(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     carry = tl.zeros([BLOCK_ROWS], DTYPE)
     if HAS_CARRY:

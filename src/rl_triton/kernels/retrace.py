@@ -48,7 +48,6 @@ from rl_triton.kernels.scan import (
     chunk_steps,
     claim_segment,
     claim_work,
-    clear_spent_workspace,
     last_column,
     load_chunk,
     load_episode_flags,
@@ -213,8 +212,7 @@ def retrace_kernel(
     ACTION_LANES: tl.constexpr, ACTION_PASSES: tl.constexpr, MORE_ACTIONS: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr,
 ):
-    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
-    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
+    row_tile, order, my_chunks = claim_work(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     discount = tl.cast(gamma, DTYPE)
     trace_scale = tl.cast(lambda_, DTYPE)
@@ -738,11 +736,10 @@ def retrace_scan_kernel(
     # interleaved runs (benchmarks/results/h200-2026-11-30-run15-even-segments.txt): 73.4-73.6 / 73.6-74.2
     # -> 77.3-78.1 / 74.7-75.6. The other kernels keep segments of segment_chunks: even ones read GAE
     # 72 -> 54% and V-trace 85 -> 69% at 8x2^21 in the same runs.
-    row_tile, order, first, my_chunks = claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT,
-                                                      EVEN=WALK)
-    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
+    row_tile, order, first, my_chunks = claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks,
+                                                      segment_chunks, SPLIT, EVEN=WALK)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
-    args = (
+    arg_inputs = (
         (q_values_ptr, rewards_ptr, terminated_ptr, truncated_ptr, targets_ptr, advantages_ptr, probs_target_ptr,
          probs_behavior_ptr, actions_ptr, next_q_ptr),
         (s_q_row, s_q_time, s_rewards_row, s_rewards_time, s_term_row, s_term_time, s_trunc_row, s_trunc_time,
@@ -750,8 +747,9 @@ def retrace_scan_kernel(
          s_nq_row, s_nq_time, s_nq_action),
         num_actions,
         (tl.cast(gamma, DTYPE), tl.cast(lambda_, DTYPE), tl.cast(c_bar, DTYPE), tl.cast(rho_bar, DTYPE)),
-        rows, row_ok, seq_len,
+        seq_len,
     )
+    args = arg_inputs[:-1] + (rows, row_ok, seq_len)
     # the chunk functions, by the kernel's form; a walked segment's redo re-reads chunks this program has
     # already overwritten, so it recomputes their E and ratios from the inputs in every form
     load_fn: tl.constexpr = retrace_ahead_load if AHEAD else (retrace_fused_load if REDUCE else retrace_scan_load)
@@ -762,4 +760,4 @@ def retrace_scan_kernel(
                  (DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, HALVES, ACTION_LANES, ACTION_PASSES, MORE_ACTIONS, SUB_STEPS),
                  tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
                  seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True, BLOCK_ROWS,
-                 BLOCK_TIME, WINDOW, VEC)
+                 BLOCK_TIME, WINDOW, VEC, arg_inputs=arg_inputs, num_rows=num_rows)

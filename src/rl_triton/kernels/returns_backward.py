@@ -24,7 +24,6 @@ from rl_triton.kernels.gae_backward import adjoint_chunk_inputs
 from rl_triton.kernels.scan import (
     chunk_carry,
     claim_work,
-    clear_spent_workspace,
     last_column,
     scan_with_previous,
     store_tile,
@@ -47,8 +46,7 @@ def returns_backward_kernel(
     SPLIT: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
     WINDOW: tl.constexpr, DTYPE: tl.constexpr,
 ):
-    row_tile, order, my_chunks = claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT)
-    clear_spent_workspace(spent_ptr, spent_words, SPLIT)
+    row_tile, order, my_chunks = claim_work(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, SPLIT)
     rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
     discount = tl.cast(gamma, DTYPE)
     value_weight = tl.cast(gamma * (1.0 - lambda_), DTYPE)

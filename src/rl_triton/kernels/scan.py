@@ -385,8 +385,8 @@ def last_column(x, BLOCK_TIME: tl.constexpr):
 
 
 @triton.jit
-def clear_spent_workspace(spent_ptr, spent_words, SPLIT: tl.constexpr):
-    """Zero the first ``spent_words`` flags at ``spent_ptr``, spread over the launch's programs.
+def clear_spent_workspace(spent_ptr, spent_words):
+    """Zero the first ``spent_words`` flags at ``spent_ptr``, spread over the programs of a split launch.
 
     A stream keeps two look-back workspaces and its split launches take them in turn
     (``_launch._lookback_workspace``): each launch clears the one the launch before it used, which no
@@ -396,31 +396,34 @@ def clear_spent_workspace(spent_ptr, spent_words, SPLIT: tl.constexpr):
     ``do_not_specialize=["spent_words"]``, or Triton would compile it again whenever the count turns
     divisible by 16 or not.
     """
-    if SPLIT:
-        lanes = tl.arange(0, _CLEAR_LANES)
-        for first in range(tl.program_id(0) * _CLEAR_LANES, spent_words, tl.num_programs(0) * _CLEAR_LANES):
-            tl.store(spent_ptr + first + lanes, tl.zeros_like(lanes), mask=first + lanes < spent_words)
+    lanes = tl.arange(0, _CLEAR_LANES)
+    for first in range(tl.program_id(0) * _CLEAR_LANES, spent_words, tl.num_programs(0) * _CLEAR_LANES):
+        tl.store(spent_ptr + first + lanes, tl.zeros_like(lanes), mask=first + lanes < spent_words)
 
 
 @triton.jit
-def claim_work(counter_ptr, num_row_tiles, num_chunks, SPLIT: tl.constexpr):
-    """(row tile, position in processing order of the first chunk, number of chunks) of this program."""
+def claim_work(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, SPLIT: tl.constexpr):
+    """(row tile, position in processing order of the first chunk, number of chunks) of this program.
+    A split's programs also zero the workspace words the launch before left (``clear_spent_workspace``)."""
     if SPLIT:
         ticket = tl.atomic_add(counter_ptr, 1)
-        return ticket % num_row_tiles, ticket // num_row_tiles, 1
+        row_tile, order = ticket % num_row_tiles, ticket // num_row_tiles
+        clear_spent_workspace(spent_ptr, spent_words)
+        return row_tile, order, 1
     else:
         return tl.program_id(0), 0, num_chunks
 
 
 @triton.jit
-def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT: tl.constexpr,
-                  EVEN: tl.constexpr = False):
+def claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks, segment_chunks,
+                  SPLIT: tl.constexpr, EVEN: tl.constexpr = False):
     """(row tile, segment's order, position of its first chunk, its number of chunks) of this program.
 
     A split cuts each row tile's chunks (in processing order) into segments of ``segment_chunks``
     (the last one shorter); EVEN cuts them into as many segments of at most that many chunks, whose
-    lengths differ by one at most. Programs claim segments in order from the ticket counter. Without
-    a split a program owns a whole row tile: one segment of every chunk.
+    lengths differ by one at most. Programs claim segments in order from the ticket counter, and zero
+    the workspace words the launch before left (``clear_spent_workspace``). Without a split a program
+    owns a whole row tile: one segment of every chunk.
     """
     if SPLIT:
         ticket = tl.atomic_add(counter_ptr, 1)
@@ -431,10 +434,14 @@ def claim_segment(counter_ptr, num_row_tiles, num_chunks, segment_chunks, SPLIT:
             shorter = num_chunks // num_segments
             longer_ones = num_chunks - shorter * num_segments
             first = order * shorter + tl.minimum(order, longer_ones)
-            return ticket % num_row_tiles, order, first, shorter + (order < longer_ones).to(tl.int32)
+            row_tile = ticket % num_row_tiles
+            count = shorter + (order < longer_ones).to(tl.int32)
         else:
             first = order * segment_chunks
-            return ticket % num_row_tiles, order, first, tl.minimum(segment_chunks, num_chunks - first)
+            row_tile = ticket % num_row_tiles
+            count = tl.minimum(segment_chunks, num_chunks - first)
+        clear_spent_workspace(spent_ptr, spent_words)
+        return row_tile, order, first, count
     else:
         return tl.program_id(0), 0, 0, num_chunks
 
@@ -471,7 +478,7 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr,
                  SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BACKWARD: tl.constexpr,
                  BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr,
-                 DIRECT: tl.constexpr = False, IN_ORDER: tl.constexpr = False):
+                 DIRECT: tl.constexpr = False, IN_ORDER: tl.constexpr = False, arg_inputs=None, num_rows=None):
     """Every chunk of a program (claimed by ``claim_segment``), from ``carry`` into its first chunk.
 
     A kernel gives three functions of its ``args`` tuple and ``CONSTS`` (a tuple of compile-time
@@ -485,8 +492,11 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
     order (``chunk_steps``). Programs of several chunks (PREFETCH)
     load each next chunk before scanning the current one; other programs hold one chunk (a split's, or
     a row of one chunk). A walked segment (WALK) is walked from a zero carry, then looked back over
-    and its first chunks redone (``walk_lookback``), whose inputs ``redo_load_fn`` reads (the same
-    arguments as ``load_fn``; a kernel whose outputs overwrite intermediate inputs recomputes them).
+    and its first chunks redone (``finish_walked_segment``), whose inputs ``redo_load_fn`` reads (the same
+    arguments as ``load_fn``; a kernel whose outputs overwrite intermediate inputs recomputes them). A
+    kernel that also gives ``arg_inputs`` (its ``args`` but ``rows, row_ok``: pointers, strides, scalars,
+    ``seq_len``) and ``num_rows`` has that look-back and redo compiled as a function of its own
+    (``finish_walked_segment_apart``).
     """
     end = first + my_chunks
     chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC,
@@ -515,17 +525,78 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
                              VEC, DIRECT and not SPLIT)
     if WALK:
         tl.static_assert(not DIRECT, "a walked segment needs its chunks' maps")
-        # redo the segment's first chunks with the true carry until their carry out is the one the walk used
-        carry, walked_carry, position, pending = walk_lookback(
-            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, carry,
-            walk_decay, BLOCK_ROWS, WINDOW)
-        while pending:
-            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
-            inputs = redo_load_fn(args, CONSTS, chunk, steps)
-            chunk_a, chunk_b, carry = scan_chunk_and_store(
-                scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
-                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+        if arg_inputs is None:
+            finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS, carry, walk_decay, row_tile, order,
+                                  first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr,
+                                  prefix_ptr, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+        else:
+            # the walk's map x -> carry + walk_decay * x goes to the segment's aggregate slot (chunk_carry's
+            # layout), where the function, which takes scalars only, reads it back
+            num_segments = (num_chunks + segment_chunks - 1) // segment_chunks
+            slot = row_tile * num_segments + order
+            lanes = tl.arange(0, BLOCK_ROWS)
+            tl.store(aggregate_ptr + (2 * slot) * BLOCK_ROWS + lanes, carry)
+            tl.store(aggregate_ptr + (2 * slot + 1) * BLOCK_ROWS + lanes, walk_decay)
+            tl.debug_barrier()
+            rows_masked: tl.constexpr = row_ok is not None
+            finish_walked_segment_apart(redo_load_fn, scan_fn, store_fn, arg_inputs, CONSTS, num_rows, row_tile, order,
+                                        first, end, num_chunks, segment_chunks, seq_len, status_ptr, aggregate_ptr,
+                                        prefix_ptr, rows_masked, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+
+
+@triton.jit
+def finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, walk_carry, walk_decay,
+                          row_tile, order, first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
+                          aggregate_ptr, prefix_ptr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                          BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
+    """The end of a walked segment (``scan_program``), walked from a zero carry to ``walk_carry`` (its
+    chunks' decays multiplying to ``walk_decay``): its look-back, then the redo of its first chunks with the
+    true carry until their carry out is the one the walk used."""
+    carry, walked_carry, position, pending = walk_lookback(
+        status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, walk_carry,
+        walk_decay, BLOCK_ROWS, WINDOW)
+    while pending:
+        chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
+        inputs = redo_load_fn(args, CONSTS, chunk, steps)
+        chunk_a, chunk_b, carry = scan_chunk_and_store(
+            scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
+            row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+        carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+
+
+@triton.jit(noinline=True)
+def finish_walked_segment_apart(redo_load_fn: tl.constexpr, scan_fn: tl.constexpr, store_fn: tl.constexpr,
+                                arg_inputs, CONSTS: tl.constexpr, num_rows, row_tile, order, first, end, num_chunks,
+                                segment_chunks, seq_len, status_ptr, aggregate_ptr, prefix_ptr,
+                                ROWS_MASKED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
+                                WINDOW: tl.constexpr, VEC: tl.constexpr):
+    """``finish_walked_segment`` in a function called, not inlined, so that Triton compiles it as a unit
+    of its own.
+
+    Triton's coalescing pass takes time in proportion to a function's memory operations times the square
+    of its size, and the redo repeats a kernel's loads, scan and stores. For sm_90a on a 2-core CPU,
+    Retrace's walk with 4 actions at 8x2^21 compiled in 2.10-2.64 s this way against 2.57-2.97 s inlined
+    (four processes each); on an H200 host its first call took 1.99 / 3.25 s against 3.66 / 4.10 s
+    (benchmarks/NOTES.md, "Thirty-seventh round"). The walks of the light estimators stay inlined: their
+    episodic scans read 3-7% slower in a function. A called function takes scalars only, so the walk
+    leaves its map in the segment's aggregate slot, and this reads it back and builds the kernel's
+    ``args`` again: ``arg_inputs`` with ``rows, row_ok`` before ``seq_len``. (Built in place: a tuple that
+    a Triton function returns turns its compile-time entries, such as strides of 1 and absent pointers,
+    into tensors.)
+    """
+    rows, row_ok = tile_rows(row_tile, num_rows, BLOCK_ROWS)
+    args = arg_inputs[:-1] + (rows, row_ok, arg_inputs[-1])
+    if not ROWS_MASKED:
+        # whole tiles: no in-range masks (tile_rows)
+        row_ok = None
+    num_segments = (num_chunks + segment_chunks - 1) // segment_chunks
+    slot = row_tile * num_segments + order
+    lanes = tl.arange(0, BLOCK_ROWS)
+    walk_carry = tl.load(aggregate_ptr + (2 * slot) * BLOCK_ROWS + lanes, volatile=True)
+    walk_decay = tl.load(aggregate_ptr + (2 * slot + 1) * BLOCK_ROWS + lanes, volatile=True)
+    finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS, walk_carry, walk_decay, row_tile, order,
+                          first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr,
+                          prefix_ptr, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
 
 
 @triton.jit
