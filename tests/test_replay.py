@@ -34,6 +34,10 @@ def fake_launches(monkeypatch):
     def fake_launch(kernel, grid, *args, **meta):
         compiled = FakeCompiled(kernel)
         log.append((kernel, tuple(grid), list(args)))
+        # issued, as _launch._launch reports it: the workspace words this launch zeroes count as zeroed
+        cleared = getattr(_launch._pending, "cleared", None)
+        _launch._pending.cleared = None
+        _launch._issued(cleared)
         recording = _replay.active_recording()
         if recording is not None:
             recording.launch(compiled, tuple(meta.values()), grid, args, tuple(_launch._placeholders.values()))
@@ -42,6 +46,8 @@ def fake_launches(monkeypatch):
         log.append((compiled.kernel, tuple(grid), list(args)))
 
     _replay.clear()
+    # each test starts from fresh look-back workspaces (this thread's, kept across calls)
+    monkeypatch.setattr(_launch._thread_state, "workspaces", {}, raising=False)
     monkeypatch.setattr(_replay, "REPLAY_ON_CPU", True)
     monkeypatch.setattr(_replay, "_full_path_only", lambda: False)
     monkeypatch.setattr(_library, "use_triton", lambda device: True)
