@@ -8,7 +8,11 @@ hiding them; one that starts passing shows up as XPASS.
 """
 
 import os
+import pathlib
+import re
 import statistics
+import subprocess
+import sys
 import time
 
 import pytest
@@ -244,3 +248,32 @@ def test_layouts_read_as_fast_as_batch_major_float32(copy_ceiling, name, rows, s
     other = percent_of_copy(name, rows, seq_len, 0, copy_ceiling, layout)
     assert other >= 0.9 * batch_major - NOISE_POINTS, (
         f"{name} {rows}x{seq_len} {layout}: {other:.1f}% of copy, batch-major float32 {batch_major:.1f}%")
+
+
+# Issue 3's first-call target: an estimator's first call (the compiles of its kernels) takes at most 3 s at any
+# T; FIRST_CALL_MARGIN for the host's speed, which varies between processes (benchmarks/NOTES.md, "Thirty-seventh
+# round": Retrace's compile with 4 actions took 1.91-3.25 s in six fresh processes)
+FIRST_CALL_SECONDS = 3.0
+FIRST_CALL_MARGIN = 1.1
+FIRST_CALL_CASES = [
+    pytest.param("gae", id="gae"),
+    pytest.param("vtrace", id="vtrace"),
+    pytest.param("retrace", id="retrace-18-actions"),
+    pytest.param("retrace4", id="retrace-4-actions",
+                 marks=unmet("1.9-3.3 s in six fresh processes, two over 3 s", "2026-12-04")),
+]
+
+
+@pytest.mark.parametrize("name", FIRST_CALL_CASES)
+def test_first_call_compiles_within_target(name):
+    """``benchmarks/first_call.py`` at 8x2^21 (the walks: each estimator's largest kernels) in a fresh process
+    with an empty Triton cache, after a trivial kernel's first launch has taken Triton's one-time work."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "src"), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / "first_call.py"), name, "8", str(2**21),
+                             "--after-warm-up"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    found = re.search(r" first\s+([0-9.]+) s", result.stdout)
+    assert found is not None, result.stdout
+    first = float(found.group(1))
+    assert first <= FIRST_CALL_SECONDS * FIRST_CALL_MARGIN, result.stdout
