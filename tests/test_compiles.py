@@ -125,7 +125,8 @@ WALKED_FUNCTIONS = """
 import os, sys, tempfile
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 import registers
-for rows, steps, name in ((8, 2**21, "retrace-a4"), (1, 2**24, "retrace-a18"), (8, 2**21, "gae"), (4096, 4096, "retrace-a4")):
+cases = ((8, 2**21, "retrace-a4"), (1, 2**24, "retrace-a18"), (8, 2**21, "gae"), (4096, 4096, "retrace-a4"))
+for rows, steps, name in cases:
     for launch in registers.record_launches(registers.walking_calls(rows, steps)[name]):
         ptx = registers._sm90_kernel(launch).asm["ptx"]
         # a function's name on its declaration and on its definition

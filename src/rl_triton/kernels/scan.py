@@ -568,17 +568,17 @@ def finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
 def finish_walked_segment_apart(redo_load_fn: tl.constexpr, scan_fn: tl.constexpr, store_fn: tl.constexpr,
                                 arg_inputs, CONSTS: tl.constexpr, num_rows, row_tile, order, first, end, num_chunks,
                                 segment_chunks, seq_len, status_ptr, aggregate_ptr, prefix_ptr,
-                                ROWS_MASKED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr,
-                                WINDOW: tl.constexpr, VEC: tl.constexpr):
+                                ROWS_MASKED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                                BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
     """``finish_walked_segment`` in a function called, not inlined, so that Triton compiles it as a unit
     of its own.
 
     Triton's coalescing pass takes time in proportion to a function's memory operations times the square
     of its size, and the redo repeats a kernel's loads, scan and stores. For sm_90a on a 2-core CPU,
     Retrace's walk with 4 actions at 8x2^21 compiled in 2.10-2.64 s this way against 2.57-2.97 s inlined
-    (four processes each); on an H200 host its first call took 1.99 / 3.25 s against 3.66 / 4.10 s
-    (benchmarks/NOTES.md, "Thirty-seventh round"). The walks of the light estimators stay inlined: their
-    episodic scans read 3-7% slower in a function. A called function takes scalars only, so the walk
+    (four processes each); on H200 hosts its first call took 1.91-3.25 s in six processes against
+    3.33-4.24 s in four (benchmarks/NOTES.md, "Thirty-seventh round"). The walks of the light estimators
+    stay inlined: their episodic scans read 4-7% slower in a function. A called function takes scalars only, so the walk
     leaves its map in the segment's aggregate slot, and this reads it back and builds the kernel's
     ``args`` again: ``arg_inputs`` with ``rows, row_ok`` before ``seq_len``. (Built in place: a tuple that
     a Triton function returns turns its compile-time entries, such as strides of 1 and absent pointers,
