@@ -439,9 +439,20 @@ def small_tiles(split: bool | None = True):
 
 
 def run_benchmark_script(script: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
-    """``benchmarks/<script>`` (``registers.py``, ``compile_time.py``) with ``args`` in a process of its own,
+    """``benchmarks/<script>`` (``registers.py``, ``compile_time.py``, ``first_call.py``) with ``args`` in a process of its own,
     with Triton's compiler: under ``TRITON_INTERPRET`` Triton compiles nothing. Skips the test where this
     Triton has no ptxas."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    return _run_with_compiler([str(root / "benchmarks" / script), *args], timeout)
+
+
+def run_with_benchmark_modules(code: str, timeout: int) -> subprocess.CompletedProcess:
+    """Python ``code`` in a process of its own that imports ``benchmarks/``' modules (``registers``), with
+    Triton's compiler, as ``run_benchmark_script``."""
+    return _run_with_compiler(["-c", code], timeout)
+
+
+def _run_with_compiler(argv: list[str], timeout: int) -> subprocess.CompletedProcess:
     import triton
 
     ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -449,9 +460,10 @@ def run_benchmark_script(script: str, *args: str, timeout: int) -> subprocess.Co
         pytest.skip(f"this Triton has no ptxas at {ptxas}")
     root = pathlib.Path(__file__).resolve().parents[1]
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, str(root / "benchmarks" / script), *args],
-                          check=False, capture_output=True, text=True, env=env, timeout=timeout)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), str(root / "benchmarks"),
+                                                      env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, *argv], check=False, capture_output=True, text=True, env=env,
+                          timeout=timeout)
 
 
 def printed_by_fresh_process(code: str) -> list[str]:

@@ -16,12 +16,11 @@ import json
 import os
 import pathlib
 import struct
-import subprocess
 import sys
 
 import pytest
 
-from conftest import run_benchmark_script
+from conftest import run_benchmark_script, run_with_benchmark_modules
 
 
 def test_every_launch_compiles_for_sm90():
@@ -143,14 +142,7 @@ def test_retrace_walks_end_in_a_function_of_their_own():
     proportion to a function's memory operations times the square of its size, and the redo repeats the
     kernel's loads. The other walks (GAE here) keep them inlined, and Retrace's programs that do not walk
     call no function."""
-    ptxas = pathlib.Path(importlib.util.find_spec("triton").origin).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    if not ptxas.exists():
-        pytest.skip(f"this Triton has no ptxas at {ptxas}")
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root / "benchmarks")])
-    result = subprocess.run([sys.executable, "-c", WALKED_FUNCTIONS], capture_output=True, text=True, env=env,
-                            timeout=600, check=False)
+    result = run_with_benchmark_modules(WALKED_FUNCTIONS, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split() for line in result.stdout.splitlines()]
     kernels = [(row[0], row[3]) for row in rows]

@@ -8,17 +8,14 @@ hiding them; one that starts passing shows up as XPASS.
 """
 
 import os
-import pathlib
 import re
 import statistics
-import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, run_benchmark_script
 from rl_triton import (
     compute_discounted_returns,
     compute_eligibility_traces,
@@ -268,10 +265,7 @@ FIRST_CALL_CASES = [
 def test_first_call_compiles_within_target(name):
     """``benchmarks/first_call.py`` at 8x2^21 (the walks: each estimator's largest kernels) in a fresh process
     with an empty Triton cache, after a trivial kernel's first launch has taken Triton's one-time work."""
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "src"), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, str(root / "benchmarks" / "first_call.py"), name, "8", str(2**21),
-                             "--after-warm-up"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    result = run_benchmark_script("first_call.py", name, "8", str(2**21), "--after-warm-up", timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     found = re.search(r" first\s+([0-9.]+) s", result.stdout)
     assert found is not None, result.stdout
