@@ -1045,8 +1045,14 @@ class WorkspaceGeometry:
                 base + 4 * (self.counters + self.slots), spent.data_ptr(), spent_words, other)
 
 
-def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple:
-    """(status, aggregates, prefixes, ticket counter, flags to zero, how many) of a launch.
+def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device) -> tuple[tuple, tuple]:
+    """A launch's look-back arguments, (status, aggregates, prefixes, ticket counter), and the arguments of
+    its clear of the workspace the launch before used, (flags to zero, how many).
+
+    Kernels take the clear's two after all their other runtime arguments: where they take them sets
+    where ptxas finds every later argument, and with them in the middle ptxas scheduled the unchanged
+    code of unsplit launches differently (time-major discounted returns at 4096x4096 on an H200: 85-87%
+    -> 72-73% of the copy bandwidth; benchmarks/NOTES.md, "Thirty-eighth round").
 
     Split launches take views of their stream's workspaces (``_StreamWorkspaces``); a launch under a
     graph capture whose id is not known takes fresh ones. The launch (``_launch``) reports itself issued.
@@ -1054,7 +1060,7 @@ def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device
     _pending.cleared = None
     if not plan.split:
         dummy = _placeholder(device)
-        return dummy, dummy, dummy, dummy, dummy, 0
+        return (dummy, dummy, dummy, dummy), (dummy, 0)
     slots = plan.num_row_tiles * plan.num_segments
     counters = plan.num_row_tiles * triton.cdiv(plan.num_segments, plan.window)
     geometry = WorkspaceGeometry(counters, slots, counters + slots + 1, 2 * slots * plan.block_rows,
@@ -1068,15 +1074,15 @@ def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device
         workspaces = _stream_workspaces(key)
         flags, values, spent, spent_words, other = workspaces.take(geometry.flag_words, geometry.value_count, dtype)
         _pending.cleared = functools.partial(workspaces.cleared, other, spent_words)
-    arguments = (*geometry.views(flags, values), spent, spent_words)
+    lookback, clearing = geometry.views(flags, values), (spent, spent_words)
     recording = _replay.active_recording()
     if recording is not None and key is not None:
         if key[2]:
             # a capture's workspaces are the graph's: a replay outside it must not touch them
             recording.abandon(worth_retrying=True)
         else:
-            recording.use_workspace(key, workspaces, geometry, arguments)
-    return arguments
+            recording.use_workspace(key, workspaces, geometry, lookback + clearing)
+    return lookback, clearing
 
 
 def _float_arg(value: float) -> object:
@@ -1427,16 +1433,17 @@ def gae(
                       strided_time_major=(GAE_TRUNCATED_STRIDED_TIME_MAJOR if truncateds is not None
                                           else GAE_STRIDED_TIME_MAJOR),
                       narrow_whole_rows=_NARROW_WHOLE_ROWS)
-    workspace = _lookback_workspace(plan, dtype, rewards.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     _launch(
         gae_kernel, plan.grid,
         rewards, values, terminateds, truncateds, bootstrap, advantages,
-        *workspace,
+        *lookback,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *rewards.stride(), *values.stride(), *terminateds.stride(), *_strides(truncateds),
         *boot_strides, *advantages.stride(),
         *map(_float_arg, (gamma, lambda_)),
+        *clearing,
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
         **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
     )
@@ -1475,7 +1482,7 @@ def vtrace(
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
                       narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP,
                       strided_time_major=VTRACE_STRIDED_TIME_MAJOR, narrow_whole_rows=_NARROW_WHOLE_ROWS)
-    workspace = _lookback_workspace(plan, dtype, rewards.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, rewards.device)
     bootstrap, mode, boot_strides = _bootstrap_arg(bootstrap_values, last_value)
     if targets.stride() != advantages.stride():
         raise RuntimeError("vtrace outputs must share one layout")
@@ -1483,11 +1490,12 @@ def vtrace(
         vtrace_kernel, plan.grid,
         log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds, bootstrap,
         targets, advantages,
-        *workspace,
+        *lookback,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *log_pi_target.stride(), *log_pi_behavior.stride(), *values.stride(), *rewards.stride(),
         *terminateds.stride(), *_strides(truncateds), *boot_strides, *targets.stride(),
         *map(_float_arg, (gamma, rho_bar, c_bar)),
+        *clearing,
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP=mode, PREFETCH=plan.prefetch, VEC=plan.vec,
         **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
     )
@@ -1579,17 +1587,18 @@ def retrace(
     plan = dataclasses.replace(plan, block_rows=block_rows, num_row_tiles=triton.cdiv(num_rows, block_rows),
                                num_warps=num_warps, max_registers=_register_cap(max_registers),
                                walk_ahead=walk_ahead)
-    workspace = _lookback_workspace(plan, dtype, rewards.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         retrace_kernel, plan.grid,
         action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards,
         terminateds, truncateds, targets, advantages,
-        *workspace,
+        *lookback,
         num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles,
         *action_probs_target.stride(), *next_q_values_all.stride(), *action_probs_behavior.stride(),
         *q_values.stride(), *actions.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(),
         *targets.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
+        *clearing,
         PREFETCH=plan.prefetch,
         ACTION_LANES=lanes, ACTION_PASSES=passes, MORE_ACTIONS=num_actions > lanes * passes, **_meta(plan, dtype),
     )
@@ -1875,17 +1884,18 @@ def _retrace_scan(
     else:
         # the kernel does not read the action grouping: one value for every call, one compiled kernel
         lanes = passes = sub_steps = segment_chunks = 1
-    workspace = _lookback_workspace(plan, dtype, rewards.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         retrace_scan_kernel, plan.grid,
         q_values, rewards, terminateds, truncateds, targets, advantages,
         action_probs_target, action_probs_behavior, actions, next_q_values_all,
-        *workspace,
+        *lookback,
         num_rows, seq_len, num_actions, plan.num_chunks, plan.num_row_tiles, segment_chunks,
         *q_values.stride(), *rewards.stride(), *terminateds.stride(), *truncateds.stride(), *targets.stride(),
         *action_probs_target.stride(), *action_probs_behavior.stride(), *actions.stride(),
         *next_q_values_all.stride(),
         *map(_float_arg, (gamma, lambda_, c_bar, rho_bar)),
+        *clearing,
         REDUCE=reduce, PREFETCH=plan.prefetch, VEC=plan.vec, ACTION_LANES=lanes, ACTION_PASSES=passes,
         MORE_ACTIONS=num_actions > lanes * passes if reduce or plan.walk else False, SUB_STEPS=sub_steps,
         HALVES=halves, AHEAD=reduce and plan.walk and num_actions <= lanes * passes, **meta,
@@ -1916,15 +1926,16 @@ def returns(
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
                       time_major_walk=None if discounted else _TIME_MAJOR_SHORT_WALK,
                       strided_time_major=DISCOUNTED_STRIDED_TIME_MAJOR if discounted else LAMBDA_STRIDED_TIME_MAJOR)
-    workspace = _lookback_workspace(plan, dtype, rewards.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, rewards.device)
     _launch(
         returns_kernel, plan.grid,
         rewards, next_values, terminateds, truncateds, bootstrap_values, out,
-        *workspace,
+        *lookback,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *rewards.stride(), *_strides(next_values), *terminateds.stride(), *_strides(truncateds),
         *_strides(bootstrap_values), *out.stride(),
         *map(_float_arg, (gamma, lambda_)),
+        *clearing,
         HAS_NEXT_VALUES=next_values is not None, HAS_TRUNCATED=truncateds is not None,
         HAS_BOOTSTRAP=bootstrap_values is not None, PREFETCH=plan.prefetch, VEC=plan.vec,
         **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
@@ -1955,14 +1966,15 @@ def episodic_scan(
         # was slower with grouped tiles (H200, % of the copy bandwidth, step by step -> grouped:
         # eligibility traces 8x2^21 73 -> 66-69, 8x131072 29 -> 26; benchmarks/results/h200-2026-11-30-run7-*)
         plan = dataclasses.replace(plan, vec=1, strided_groups=False)
-    workspace = _lookback_workspace(plan, dtype, inputs.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, inputs.device)
     _launch(
         episodic_scan_kernel, plan.grid,
         inputs, dones, seed_values, out,
-        *workspace,
+        *lookback,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles, plan.segment_chunks,
         *inputs.stride(), *dones.stride(), 0 if seed_values is None else seed_values.stride(0), *out.stride(),
         _float_arg(decay),
+        *clearing,
         HAS_SEED=seed_values is not None, RESET_AFTER_FLAG=reset_after_flag, PREFETCH=plan.prefetch, VEC=plan.vec,
         **_meta(plan, dtype, walk=True, shape=(num_rows, seq_len)),
     )
@@ -1976,13 +1988,14 @@ def linear_recurrence(
     dtype = _compute_dtype(a, b, carry)
     plan = plan_tiles(num_rows, seq_len, _is_time_major(a), a.device, heavy=False,
                       element_bytes=_element_bytes(a, b, out))
-    workspace = _lookback_workspace(plan, dtype, a.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, a.device)
     _launch(
         linear_recurrence_kernel, plan.grid,
         a, b, carry, out,
-        *workspace,
+        *lookback,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *a.stride(), *b.stride(), 0 if carry is None else carry.stride(0), *out.stride(),
+        *clearing,
         HAS_CARRY=carry is not None, BACKWARD=backward, PREFETCH=plan.prefetch, VEC=plan.vec,
         **_meta(plan, dtype),
     )
@@ -2008,16 +2021,17 @@ def gae_backward(
 
     num_rows, seq_len = grad_advantages.shape
     plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
-    workspace = _lookback_workspace(plan, dtype, terminateds.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, terminateds.device)
     grad_bootstrap, mode, boot_strides = _bootstrap_arg(grad_bootstrap_values, grad_last_value)
     _launch(
         gae_backward_kernel, plan.grid,
         grad_advantages, terminateds, truncateds, grad_rewards, grad_values, grad_bootstrap,
-        *workspace,
+        *lookback,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *grad_advantages.stride(), *terminateds.stride(), *_strides(truncateds),
         *_strides(grad_rewards), *_strides(grad_values), *boot_strides,
         *map(_float_arg, (gamma, lambda_)),
+        *clearing,
         HAS_TRUNCATED=truncateds is not None, BOOTSTRAP_GRAD=mode,
         REWARDS_GRAD=grad_rewards is not None, VALUES_GRAD=grad_values is not None,
         PREFETCH=plan.prefetch, **_meta(plan, dtype),
@@ -2043,15 +2057,16 @@ def returns_backward(
 
     num_rows, seq_len = grad_returns.shape
     plan = plan_tiles(num_rows, seq_len, _is_time_major(terminateds), terminateds.device, heavy=False)
-    workspace = _lookback_workspace(plan, dtype, terminateds.device)
+    lookback, clearing = _lookback_workspace(plan, dtype, terminateds.device)
     _launch(
         returns_backward_kernel, plan.grid,
         grad_returns, terminateds, truncateds, grad_rewards, grad_next_values, grad_bootstrap_values,
-        *workspace,
+        *lookback,
         num_rows, seq_len, plan.num_chunks, plan.num_row_tiles,
         *grad_returns.stride(), *terminateds.stride(), *_strides(truncateds),
         *_strides(grad_rewards), *_strides(grad_next_values), *_strides(grad_bootstrap_values),
         *map(_float_arg, (gamma, lambda_)),
+        *clearing,
         HAS_TRUNCATED=truncateds is not None, REWARDS_GRAD=grad_rewards is not None,
         NEXT_VALUES_GRAD=grad_next_values is not None, BOOTSTRAP_GRAD=grad_bootstrap_values is not None,
         PREFETCH=plan.prefetch, **_meta(plan, dtype),

@@ -173,9 +173,9 @@ class _Launch:
     grid: tuple[int, ...]
     template: tuple  # the arguments, with None where `dynamic` puts a pointer
     dynamic: tuple[tuple[int, _Source], ...]
-    # (first slot, (the workspaces' key (device, stream, 0), the recording thread's, that thread's id), their
-    # geometry): the six look-back arguments from there on, taken at every call from the calling thread's
-    # workspaces of that stream (``_launch._lookback_workspace``)
+    # (the slots of the six workspace arguments, (the workspaces' key (device, stream, 0), the recording
+    # thread's, that thread's id), their geometry): the look-back arguments and the clear's, taken at every
+    # call from the calling thread's workspaces of that stream (``_launch._lookback_workspace``)
     workspace: tuple | None = None
 
 
@@ -340,13 +340,13 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
                 args[slot] = f"{base} + {source.byte_offset}" if source.byte_offset else base
             if step.workspace is not None:
                 # the calling thread's workspaces of the recording's stream: the recording thread's at hand
-                first, (key, workspaces, thread), geometry = step.workspace
+                slots, (key, workspaces, thread), geometry = step.workspace
                 names["_thread"] = threading.get_ident
                 names["_stream_workspaces"] = _kernels()._stream_workspaces
                 lines.append(f"    ws = {bind(workspaces)} if _thread() == {thread} else _stream_workspaces({bind(key)})")
                 lines.append(f"    w = {bind(geometry.pointers)}(ws)")
-                for index in range(6):
-                    args[first + index] = f"w[{index}]"
+                for index, slot in enumerate(slots):
+                    args[slot] = f"w[{index}]"
             direct = _kernels().direct_launch(step.compiled, step.grid)
             if direct is None:
                 launch = bind(_kernels().replay_launcher(step.compiled, step.constexprs, step.grid))
@@ -449,6 +449,18 @@ class _Recording(TorchDispatchMode):
                 matches.append(_Source(False, index, pointer - start))
         return matches[0] if len(matches) == 1 else None
 
+    @staticmethod
+    def _workspace_slots(args: tuple, arguments: tuple) -> tuple[int, ...] | None:
+        """Where a launch takes the workspace ``arguments`` (``_launch._lookback_workspace``): the four
+        look-back ones side by side, the clear's two (a tensor, its count) after them, side by side."""
+        first = next((slot for slot, value in enumerate(args) if value is arguments[0]), None)
+        if first is None or any(args[first + i] is not value for i, value in enumerate(arguments[:4])):
+            return None
+        spent = next((slot for slot in range(first + 4, len(args) - 1) if args[slot] is arguments[4]), None)
+        if spent is None or args[spent + 1].__class__ is not int or args[spent + 1] != arguments[5]:
+            return None
+        return (first, first + 1, first + 2, first + 3, spent, spent + 1)
+
     def launch(self, compiled: Any, constexprs: tuple, grid: tuple[int, ...], args: tuple, constants: tuple) -> None:
         """A kernel launch of this call (``constants``: tensors passed as they are, never data)."""
         if not self.replayable:
@@ -459,15 +471,15 @@ class _Recording(TorchDispatchMode):
         if self.workspace is not None:
             taken_from, geometry, arguments = self.workspace
             self.workspace = None
-            first = next((slot for slot, value in enumerate(args) if value is arguments[0]), None)
-            if first is None or any(args[first + i] is not value for i, value in enumerate(arguments[:5])):
+            slots = self._workspace_slots(args, arguments)
+            if slots is None:
                 self.replayable = False
                 return
-            workspace = (first, taken_from, geometry)
-            for slot in range(first, first + len(arguments)):
+            workspace = (slots, taken_from, geometry)
+            for slot in slots:
                 template[slot] = None
         for slot, value in enumerate(args):
-            if workspace is not None and workspace[0] <= slot < workspace[0] + 6:
+            if workspace is not None and slot in workspace[0]:
                 continue
             if not isinstance(value, torch.Tensor):
                 continue

@@ -163,11 +163,11 @@ def gae_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
 @triton.jit(do_not_specialize=["spent_words"])
 def gae_kernel(
     rewards_ptr, values_ptr, terminated_ptr, truncated_ptr, bootstrap_ptr, advantages_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
     num_rows, seq_len, num_chunks, num_row_tiles, segment_chunks,
     s_rewards_row, s_rewards_time, s_values_row, s_values_time, s_term_row, s_term_time,
     s_trunc_row, s_trunc_time, s_boot_row, s_boot_time, s_out_row, s_out_time,
-    gamma: tl.float64, lambda_: tl.float64,
+    gamma: tl.float64, lambda_: tl.float64, spent_ptr, spent_words,
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,

@@ -76,10 +76,10 @@ def episodic_store(args, CONSTS: tl.constexpr, inputs, scanned, carry, chunk):
 @triton.jit(do_not_specialize=["spent_words"])
 def episodic_scan_kernel(
     inputs_ptr, dones_ptr, seed_ptr, out_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
     num_rows, seq_len, num_chunks, num_row_tiles, segment_chunks,
     s_inputs_row, s_inputs_time, s_dones_row, s_dones_time, s_seed_row, s_out_row, s_out_time,
-    decay: tl.float64,
+    decay: tl.float64, spent_ptr, spent_words,
     HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,

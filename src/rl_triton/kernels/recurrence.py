@@ -24,9 +24,9 @@ from rl_triton.kernels.scan import (
 @triton.jit(do_not_specialize=["spent_words"])
 def linear_recurrence_kernel(
     a_ptr, b_ptr, carry_ptr, out_ptr,
-    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr, spent_ptr, spent_words,
+    status_ptr, aggregate_ptr, prefix_ptr, counter_ptr,
     num_rows, seq_len, num_chunks, num_row_tiles,
-    s_a_row, s_a_time, s_b_row, s_b_time, s_carry_row, s_out_row, s_out_time,
+    s_a_row, s_a_time, s_b_row, s_b_time, s_carry_row, s_out_row, s_out_time, spent_ptr, spent_words,
     HAS_CARRY: tl.constexpr, BACKWARD: tl.constexpr, SPLIT: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr,
     VEC: tl.constexpr,
