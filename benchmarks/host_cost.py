@@ -12,16 +12,23 @@ one ``torch.add``'s in the same round (on CPU the add of 1-element tensors), wit
     python benchmarks/host_cost.py --device cuda --no-replay   # real launches, every call in full
     python benchmarks/host_cost.py --save before.json   # keep the numbers ...
     python benchmarks/host_cost.py --compare before.json  # ... and print them next to new ones
+    python benchmarks/host_cost.py --device cuda --parts  # where a repeated call's time goes
+
+``--parts`` adds, for each case that repeats a recorded call, that call's generated replay function
+timed alone (no decorator), with its kernel launches stubbed, with its output allocations stubbed (it
+gets the tensors one earlier replay allocated), with both, and its tensor matcher alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import statistics
 import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,6 +110,87 @@ def _cases(device: str, num_envs: int, seq_len: int, num_actions: int) -> dict[s
     }
 
 
+def _without(replay: Callable, names: dict) -> Callable:
+    """``replay`` with some of its global names bound to other objects."""
+    return types.FunctionType(replay.__code__, {**replay.__globals__, **names})
+
+
+def _nothing(*args: object, **kwargs: object) -> None:
+    return None
+
+
+def _recording_allocators(replay: Callable) -> tuple[dict[str, Callable], list]:
+    """Allocators for ``replay`` that keep what they allocate (in the list returned with them)."""
+    made: list = []
+
+    def recording(allocate: Callable) -> Callable:
+        def allocate_and_keep(*args: object, **kwargs: object) -> object:
+            made.append(allocate(*args, **kwargs))
+            return made[-1]
+
+        return allocate_and_keep
+
+    names = [name for name in replay.allocators if name in replay.__globals__]
+    return {name: recording(replay.__globals__[name]) for name in names}, made
+
+
+def _reused_allocators(names: dict, made: list) -> dict[str, Callable]:
+    """Allocators that hand out ``made`` again, in turn, instead of allocating."""
+    reused = itertools.cycle(made)
+
+    def allocate(*args: object, **kwargs: object) -> object:
+        return next(reused)
+
+    return dict.fromkeys(names, allocate)
+
+
+def _replay_parts(cases: dict[str, Callable[[], object]]) -> dict[str, Callable[[], object]]:
+    """For each case that repeats a recorded call (CUDA): its replay function alone, without its launches,
+    without its allocations, without either, and its tensor matcher alone (``--parts``)."""
+    for case in cases.values():
+        case()
+        case()
+    # which replay each case runs, with which flattened arguments: every candidate list watched for one call
+    watched, called = [], {}
+    # each replayable estimator keeps (its replays, its candidate lists, its failed recordings) there
+    for candidates in _replay._all_replays[1::3]:
+        for replays in candidates.values():
+            for index, replay in enumerate(replays):
+                def watch(flat: tuple, replay: Callable = replay) -> object:
+                    result = replay(flat)
+                    if result is not None:
+                        called[replay] = flat
+                    return result
+
+                watched.append((replays, index, replay))
+                replays[index] = watch
+    found = {}
+    try:
+        for name, case in cases.items():
+            called.clear()
+            case()
+            if len(called) == 1:
+                found[name] = next(iter(called.items()))
+    finally:
+        for replays, index, replay in watched:
+            replays[index] = replay
+
+    parts: dict[str, Callable[[], object]] = {}
+    for name, (replay, flat) in found.items():
+        # the allocations of one replay, handed out again in the order the replay makes them
+        recorders, made = _recording_allocators(replay)
+        _without(replay, recorders)(flat)
+        allocations = _reused_allocators(recorders, made)
+        launches = dict.fromkeys(replay.launchers, _nothing)
+        tensors = [value for value in flat if isinstance(value, torch.Tensor)]
+        for label, replay_part in (("replay alone", replay), ("replay, no launches", _without(replay, launches)),
+                                   ("replay, no allocations", _without(replay, allocations)),
+                                   ("replay, neither", _without(replay, {**launches, **allocations}))):
+            parts[f"{name}: {label}"] = lambda part=replay_part, flat=flat: part(flat)
+        parts[f"{name}: tensor matcher"] = lambda check=replay.matcher.check, tensors=tensors: check(*tensors)
+    return parts
+
+
 def _us_per_call_interleaved(
     cases: dict[str, Callable[[], object]], calls: int, repeats: int, cuda: bool, clock: Callable[[], float]
 ) -> dict[str, list[float]]:
@@ -146,6 +234,8 @@ def main() -> None:
     )
     parser.add_argument("--no-replay", action="store_true",
                         help="every call takes the full path (CUDA calls are otherwise replayed: rl_triton._replay)")
+    parser.add_argument("--parts", action="store_true",
+                        help="also time each repeated call's replay without its launches and/or allocations (CUDA)")
     parser.add_argument("--save", help="write the results to this JSON file")
     parser.add_argument("--compare", help="JSON file of earlier results to print alongside")
     args = parser.parse_args()
@@ -166,6 +256,10 @@ def main() -> None:
     clock = time.perf_counter if clock_name == "wall" else time.thread_time
     results = {}
     cases = _cases(args.device, args.num_envs, args.seq_len, args.num_actions)
+    if args.parts:
+        if not cuda or args.no_replay:
+            parser.error("--parts times replays: it needs --device cuda, without --no-replay")
+        cases.update(_replay_parts(cases))
     header = f"{'call':40s} {'median':>8s} {'min':>8s} {'/ add':>8s} {'quartiles':>9s}"
     if baseline:
         header += f" | {'before median':>13s} {'min':>8s} {'ratio(min)':>10s}"

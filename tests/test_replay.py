@@ -412,3 +412,41 @@ def test_global_state_that_asks_for_the_full_path(monkeypatch, state):
             assert _replay._full_path_only()
     else:
         assert _replay._full_path_only() == (state != "none")
+
+
+def host_cost_module():
+    """``benchmarks/host_cost.py`` as a module."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "host_cost.py"
+    spec = importlib.util.spec_from_file_location("host_cost_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_host_cost_parts_stub_what_they_say(fake_launches):
+    """``benchmarks/host_cost.py --parts``: each case's replay alone launches and allocates as a call does; its
+    parts without launches launch nothing, those without allocations hand out one earlier replay's outputs."""
+    host_cost = host_cost_module()
+    gen = torch.Generator().manual_seed(0)
+    cases = {}
+    for name in ("gae", "vtrace"):
+        function, args, kwargs = CASES[name](gen)
+        cases[name] = lambda function=function, args=args, kwargs=kwargs: function(*args, **kwargs)
+    parts = host_cost._replay_parts(cases)
+    assert sorted(parts) == sorted(f"{name}: {part}" for name in cases for part in (
+        "replay alone", "replay, no launches", "replay, no allocations", "replay, neither", "tensor matcher"))
+    for name in cases:
+        launched = []
+        for part in ("replay alone", "replay, no launches", "replay, no allocations", "replay, neither"):
+            before = len(fake_launches)
+            first, second = parts[f"{name}: {part}"](), parts[f"{name}: {part}"]()
+            launched.append(len(fake_launches) - before)
+            first = first if isinstance(first, tuple) else (first,)
+            second = second if isinstance(second, tuple) else (second,)
+            reused = all(a is b for a, b in zip(first, second, strict=True))
+            assert reused == part.endswith(("no allocations", "neither")), (name, part)
+        assert launched == [2, 0, 2, 0], (name, launched)
+        assert parts[f"{name}: tensor matcher"]() is True

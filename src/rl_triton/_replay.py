@@ -317,6 +317,7 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     # skips an ``as_strided`` and may use ``empty_like``
     reshaped = _reallocated_as_views(steps, result)
     allocation = 0
+    launchers = []
     for step in steps:
         if isinstance(step, _Allocation):
             step = reshaped.get(allocation, step)
@@ -350,10 +351,12 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
             direct = _kernels().direct_launch(step.compiled, step.grid)
             if direct is None:
                 launch = bind(_kernels().replay_launcher(step.compiled, step.constexprs, step.grid))
+                launchers.append(launch)
                 lines.append(f"    {launch}(stream, [{', '.join(args)}])")
             else:
                 c_launch, grid, fixed = direct
                 head = [bind(c_launch), *map(bind, grid), "stream", *map(bind, fixed)]
+                launchers.append(head[0])
                 arguments = ", ".join([*head[1:], *args, *map(bind, step.constexprs)])
                 lines.append(f"    {head[0]}({arguments})")
             if step.workspace is not None:
@@ -373,6 +376,9 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     function = names["replay"]
     function.source = source  # type: ignore[attr-defined]
     function.matcher = matcher  # type: ignore[attr-defined]
+    # the global names of its launch functions and allocators (benchmarks/host_cost.py --parts times it without them)
+    function.launchers = tuple(launchers)  # type: ignore[attr-defined]
+    function.allocators = ("_empty_strided", "_empty_like", "_zeros")  # type: ignore[attr-defined]
     return function
 
 
