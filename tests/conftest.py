@@ -438,6 +438,19 @@ def small_tiles(split: bool | None = True):
     return _launch.tile_override(block_rows=2, block_time=16, split=split)
 
 
+def benchmark_module(script: str):
+    """``benchmarks/<script>`` imported as a module of its own (``registers.py``, ``host_cost.py``)."""
+    import importlib.util
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / script
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses look their module up while it runs
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_benchmark_script(script: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
     """``benchmarks/<script>`` (``registers.py``, ``compile_time.py``, ``first_call.py``) with ``args`` in a process of its own,
     with Triton's compiler: under ``TRITON_INTERPRET`` Triton compiles nothing. Skips the test where this

@@ -11,16 +11,13 @@ gave wrong results on an H200 (and right ones in the interpreter) had a warp red
 guarded with a predicate set from the lane index (benchmarks/NOTES.md, "Twentieth round").
 """
 
-import importlib.util
 import json
 import os
-import pathlib
 import struct
-import sys
 
 import pytest
 
-from conftest import run_benchmark_script, run_with_benchmark_modules
+from conftest import benchmark_module, run_benchmark_script, run_with_benchmark_modules
 
 
 def test_every_launch_compiles_for_sm90():
@@ -63,17 +60,6 @@ def test_compile_time_script_times_every_stage():
     assert front_end + sum(stages) <= total + 0.02, rows
 
 
-def registers_module():
-    """``benchmarks/registers.py`` as a module (its disassembly helpers run nvdisasm only, no compiler)."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "registers.py"
-    spec = importlib.util.spec_from_file_location("registers_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    # its dataclasses look their module up while it runs
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 # sm_90a instructions as nvdisasm -hex prints them (two 64-bit words each), from a compiled kernel; bits
 # 12-15 of the first word name the guard predicate (7: PT, none)
 NOP = (0x0000000000007918, 0x000FC00000000000)
@@ -105,7 +91,8 @@ def elf_with_code(*sections: bytes) -> bytes:
 def test_guarded_warp_collectives_names_the_cubins_that_hold_them():
     """One nvdisasm process reads every cubin's code; each guarded warp-collective instruction is reported
     for the cubin (of several sections or one) that holds it, and an unguarded one for none."""
-    registers = registers_module()
+    # its disassembly helpers run nvdisasm only, no compiler
+    registers = benchmark_module("registers.py")
     if not os.path.exists(registers._nvidia_tool("nvdisasm")):
         pytest.skip("this Triton has no nvdisasm")
     nop, shuffle, guarded = instruction(NOP), instruction(SHFL_BFLY), instruction(SHFL_BFLY, guard=0)

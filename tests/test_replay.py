@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import rl_triton
-from conftest import printed_by_fresh_process
+from conftest import benchmark_module, printed_by_fresh_process
 from rl_triton import _launch, _library, _replay
 
 
@@ -414,22 +414,10 @@ def test_global_state_that_asks_for_the_full_path(monkeypatch, state):
         assert _replay._full_path_only() == (state != "none")
 
 
-def host_cost_module():
-    """``benchmarks/host_cost.py`` as a module."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "host_cost.py"
-    spec = importlib.util.spec_from_file_location("host_cost_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_host_cost_parts_stub_what_they_say(fake_launches):
     """``benchmarks/host_cost.py --parts``: each case's replay alone launches and allocates as a call does; its
     parts without launches launch nothing, those without allocations hand out one earlier replay's outputs."""
-    host_cost = host_cost_module()
+    host_cost = benchmark_module("host_cost.py")
     gen = torch.Generator().manual_seed(0)
     cases = {}
     for name in ("gae", "vtrace"):

@@ -248,6 +248,10 @@ def _reallocated_as_views(steps: list, result: list[_ResultView]) -> dict[int, _
     return reshaped
 
 
+# the allocators a replay calls, by the names its generated code gives them
+_ALLOCATORS = {"_empty_strided": torch.empty_strided, "_empty_like": torch.empty_like, "_zeros": torch.zeros}
+
+
 def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, allocations: list[torch.Tensor],
                      flat_args: tuple, device: int | None, stream: int | None = None) -> Callable:
     """The recorded call as one Python function of a new call's flattened arguments. It returns
@@ -262,8 +266,7 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     arguments costs more than the launch itself; here the checks are written out, and so are the
     arguments in each call to Triton's C launch function.
     """
-    names: dict[str, object] = {"_Tensor": torch.Tensor, "_empty_strided": torch.empty_strided,
-                                "_empty_like": torch.empty_like, "_zeros": torch.zeros}
+    names: dict[str, object] = {"_Tensor": torch.Tensor, **_ALLOCATORS}
 
     def bind(value: object) -> str:
         if value is None or value.__class__ in (int, bool):
@@ -378,7 +381,7 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     function.matcher = matcher  # type: ignore[attr-defined]
     # the global names of its launch functions and allocators (benchmarks/host_cost.py --parts times it without them)
     function.launchers = tuple(launchers)  # type: ignore[attr-defined]
-    function.allocators = ("_empty_strided", "_empty_like", "_zeros")  # type: ignore[attr-defined]
+    function.allocators = tuple(_ALLOCATORS)  # type: ignore[attr-defined]
     return function
 
 
