@@ -19,6 +19,7 @@ import triton
 
 import rl_triton
 from rl_triton import _launch
+from rl_triton._bench import graph_calls, hold_stream
 
 SHAPES = [(4096, 128), (512, 1024), (16384, 512), (4096, 4096), (64, 16384), (8, 131072), (8, 2**21), (1, 2**24)]
 
@@ -212,6 +213,7 @@ def replay_ms(graph: torch.cuda.CUDAGraph, replays: int, warmup: int = 10, warmu
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        hold_stream()
         start.record()
         graph.replay()
         end.record()
@@ -221,8 +223,10 @@ def replay_ms(graph: torch.cuda.CUDAGraph, replays: int, warmup: int = 10, warmu
 
 
 def graph_time_ms(fn, sets: list) -> float:
-    """Median device time of one call, from CUDA-graph replays over rotating input sets."""
-    return replay_ms(captured_graph(sets), 15) / len(sets)
+    """Median device time of one call, from CUDA-graph replays of calls over rotating input sets (as
+    ``python -m rl_triton bench`` times them: ``_bench.graph_calls``)."""
+    calls = graph_calls(sets)
+    return replay_ms(captured_graph(calls), 15) / len(calls)
 
 
 def plan_override(plan: str) -> dict:

@@ -25,7 +25,7 @@ from rl_triton import (
     compute_retrace,
     compute_vtrace,
 )
-from rl_triton._bench import copy_ceiling_gbps
+from rl_triton._bench import copy_ceiling_gbps, graph_calls, hold_stream
 
 # Timings taken while other test processes share the GPU measure those processes' kernels too:
 # this file runs alone, as its own pytest command (docs/testing.md).
@@ -52,7 +52,9 @@ def copy_ceiling() -> float:
 
 
 def device_seconds(calls: list) -> float:
-    """Median device time of one call, from CUDA-graph replays of all ``calls`` (rotated inputs)."""
+    """Median device time of one call, from CUDA-graph replays of all ``calls`` (rotated inputs), as the
+    benchmark times them (``_bench.graph_calls``, ``_bench.hold_stream``)."""
+    calls = graph_calls(calls)
     for call in calls:
         call()
     torch.cuda.synchronize()
@@ -66,6 +68,7 @@ def device_seconds(calls: list) -> float:
     times = []
     for _ in range(10):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        hold_stream()
         start.record()
         graph.replay()
         end.record()

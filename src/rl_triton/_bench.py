@@ -79,6 +79,13 @@ MIN_INPUT_SETS = 3
 MAX_INPUT_SETS = 32
 DEFAULT_L2_BYTES = 60 * 2**20
 COPY_CEILING_BYTES = 2**31
+# a CUDA graph timed for device time holds at least this many calls (its input sets in turn, repeated), so that
+# the graph's own start on the device weighs little in a call's time
+MIN_GRAPH_CALLS = 30
+# GPU cycles of spin (torch.cuda._sleep) queued before a timed region's start event: about 50 us at an H200's
+# clocks, longer than the host takes to queue a graph replay or a copy, so the events time the GPU's work and
+# not the host's queueing (with the stream idle, the start event fires at once and the GPU then waits)
+HOLD_CYCLES = 100_000
 FLAG_DTYPES = {"float32": torch.float32, "bool": torch.bool, "uint8": torch.uint8}
 
 
@@ -286,10 +293,11 @@ class Timer:
         return statistics.median(samples)
 
     def graph_replay(self, implementation: Implementation, input_sets: Sequence[Inputs], estimate: float) -> float:
-        """Kernel time per call from replaying one CUDA graph that holds one call per input set."""
+        """Kernel time per call from replaying one CUDA graph of calls on the input sets in turn
+        (``graph_calls``), the stream held while the host queues each replay (``hold_stream``)."""
         if not self.on_gpu:
             return math.nan
-        graph_sets = input_sets[: implementation.max_graph_calls]
+        graph_sets = graph_calls(input_sets, implementation.max_graph_calls)
         call = implementation.call
         # warm-up on a side stream, as graph capture requires, so lazy initialisation is not captured
         side_stream = torch.cuda.Stream(self.device)
@@ -307,6 +315,7 @@ class Timer:
         samples = []
         for _ in range(replays):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            hold_stream()
             start.record()
             graph.replay()
             end.record()
@@ -314,6 +323,19 @@ class Timer:
             samples.append(start.elapsed_time(end) / 1e3 / len(graph_sets))
         del kept_outputs, graph
         return statistics.median(samples)
+
+
+def graph_calls(input_sets: Sequence[Inputs], max_calls: int = MAX_INPUT_SETS) -> list[Inputs]:
+    """The input sets of the calls a device-time graph holds: every set in turn, repeated up to
+    ``MIN_GRAPH_CALLS`` calls, or the first ``max_calls`` sets where that is fewer (graphs of Python-loop
+    baselines). Each set comes back after all the others, so the L2 cache serves no call's inputs."""
+    count = max(min(len(input_sets), max_calls), min(MIN_GRAPH_CALLS, max_calls))
+    return [input_sets[index % len(input_sets)] for index in range(count)]
+
+
+def hold_stream() -> None:
+    """Keep the current CUDA stream busy while the host queues what is timed next (``HOLD_CYCLES``)."""
+    torch.cuda._sleep(HOLD_CYCLES)
 
 
 def copy_ceiling_gbps(device: torch.device) -> float:
@@ -325,6 +347,7 @@ def copy_ceiling_gbps(device: torch.device) -> float:
     samples = []
     for _ in range(10):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        hold_stream()
         start.record()
         target.copy_(source)
         end.record()
@@ -815,7 +838,7 @@ def run_bench(arguments: argparse.Namespace) -> int:
         "timing": {
             "full_call_us": "CUDA events around one synchronised Python call, median",
             "pipelined_us": "wall time of back-to-back calls without synchronising, divided by their count",
-            "device_us": "CUDA graph replay of one call per input set, per call, median",
+            "device_us": f"CUDA graph replay of at least {MIN_GRAPH_CALLS} calls on the input sets in turn, the stream held while the host queues it; per call, median",
             "min_bytes": "each input tensor read once + each output written once",
         },
     }
