@@ -236,3 +236,21 @@ def test_a_nan_reaches_past_constant_segments(name, tile, make_rollout):
     assert reached.isnan().all() and torch.isfinite(expected[0][0]).all()
     for got, want in zip(out, expected, strict=True):
         torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", list(NAN_INPUT))
+def test_a_nan_reaches_segments_whose_chunk_before_ends_an_episode_in_every_row(name, make_rollout):
+    # Half the steps end an episode, so the chunk before every segment (8 steps) ends one in each row: its
+    # scan from a zero carry alone gives the carry into the segment, but only if nothing before it is NaN.
+    # A NaN in the second of four segments must still reach every later step of its row.
+    ro = make_rollout(2, 300, term_rate=0.5)
+    field, backward = NAN_INPUT[name]
+    step = 200 if backward else 100
+    getattr(ro, field)[1, step] = float("nan")
+    out, expected = run(name, ro, tile=WALK)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    out = out if isinstance(out, tuple) else (out,)
+    reached = expected[0][1, :step] if backward else expected[0][1, step + 1:]
+    assert reached.isnan().all() and torch.isfinite(expected[0][0]).all()
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-4, equal_nan=True)
