@@ -212,20 +212,9 @@ NAN_INPUT = {"gae": ("rewards", True), "vtrace": ("rewards", True), "lambda": ("
              "discounted": ("rewards", True), "traces": ("gradients", False), "prefix_sum": ("inputs", False)}
 
 
-@pytest.mark.parametrize(
-    "tile",
-    [WALK, {**WALK, "walk_programs": 0}, {**WALK, "window": 2}, {**WALK, "walk_programs": 0, "window": 2}],
-    ids=["walk", "chunk-per-program", "walk-window2", "chunk-per-program-window2"],
-)
-@pytest.mark.parametrize("name", list(NAN_INPUT))
-def test_a_nan_reaches_past_constant_segments(name, tile, make_rollout):
-    # With episode ends in every segment, a segment's map ignores its carry, and the look-back stops at
-    # the nearest one, unless something before it is NaN or infinite: a plain loop carries a NaN
-    # across episode ends (0 * NaN), and so must the split. The NaN sits in the second of four
-    # segments of row 1 in processing order, so it must reach through the third one into the fourth.
-    # Windows of 2 put the NaN's segment (or chunk) in an earlier block than the ones it must reach,
-    # so they learn of it from that block's counter.
-    ro = make_rollout(2, 300)
+def assert_a_nan_reaches_the_rest_of_its_row(name: str, ro, tile: dict) -> None:
+    """A NaN in the second of four segments of row 1 (in processing order) reaches every later step of the row,
+    as in the plain loop (0 * NaN across episode ends), and row 0 stays finite."""
     field, backward = NAN_INPUT[name]
     step = 200 if backward else 100
     getattr(ro, field)[1, step] = float("nan")
@@ -238,19 +227,23 @@ def test_a_nan_reaches_past_constant_segments(name, tile, make_rollout):
         torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
+@pytest.mark.parametrize(
+    "tile",
+    [WALK, {**WALK, "walk_programs": 0}, {**WALK, "window": 2}, {**WALK, "walk_programs": 0, "window": 2}],
+    ids=["walk", "chunk-per-program", "walk-window2", "chunk-per-program-window2"],
+)
+@pytest.mark.parametrize("name", list(NAN_INPUT))
+def test_a_nan_reaches_past_constant_segments(name, tile, make_rollout):
+    # With episode ends in every segment, a segment's map ignores its carry, and the look-back stops at
+    # the nearest one, unless something before it is NaN or infinite: a plain loop carries a NaN
+    # across episode ends (0 * NaN), and so must the split. The NaN must reach through the third
+    # segment into the fourth. Windows of 2 put the NaN's segment (or chunk) in an earlier block than
+    # the ones it must reach, so they learn of it from that block's counter.
+    assert_a_nan_reaches_the_rest_of_its_row(name, make_rollout(2, 300), tile)
+
+
 @pytest.mark.parametrize("name", list(NAN_INPUT))
 def test_a_nan_reaches_segments_whose_chunk_before_ends_an_episode_in_every_row(name, make_rollout):
     # Half the steps end an episode, so the chunk before every segment (8 steps) ends one in each row: its
     # scan from a zero carry alone gives the carry into the segment, but only if nothing before it is NaN.
-    # A NaN in the second of four segments must still reach every later step of its row.
-    ro = make_rollout(2, 300, term_rate=0.5)
-    field, backward = NAN_INPUT[name]
-    step = 200 if backward else 100
-    getattr(ro, field)[1, step] = float("nan")
-    out, expected = run(name, ro, tile=WALK)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    out = out if isinstance(out, tuple) else (out,)
-    reached = expected[0][1, :step] if backward else expected[0][1, step + 1:]
-    assert reached.isnan().all() and torch.isfinite(expected[0][0]).all()
-    for got, want in zip(out, expected, strict=True):
-        torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert_a_nan_reaches_the_rest_of_its_row(name, make_rollout(2, 300, term_rate=0.5), WALK)
