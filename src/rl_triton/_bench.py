@@ -297,15 +297,19 @@ class Timer:
         (``graph_calls``), the stream held while the host queues each replay (``hold_stream``)."""
         if not self.on_gpu:
             return math.nan
-        graph_sets = graph_calls(input_sets, implementation.max_graph_calls)
         call = implementation.call
         # warm-up on a side stream, as graph capture requires, so lazy initialisation is not captured
         side_stream = torch.cuda.Stream(self.device)
         side_stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side_stream):
-            for inputs in graph_sets:
-                call(inputs)
+            output_bytes = max(
+                sum(output.numel() * output.element_size() for output in outputs_of(call(inputs)))
+                for inputs in input_sets[: implementation.max_graph_calls]
+            )
         torch.cuda.current_stream(self.device).wait_stream(side_stream)
+        # each captured call keeps its own outputs (a reused buffer could stay in the L2 cache between calls)
+        graph_sets = graph_calls(input_sets, implementation.max_graph_calls, output_bytes,
+                                 torch.cuda.mem_get_info(self.device)[0] // 2)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             kept_outputs = [call(inputs) for inputs in graph_sets]
@@ -325,11 +329,17 @@ class Timer:
         return statistics.median(samples)
 
 
-def graph_calls(input_sets: Sequence[Inputs], max_calls: int = MAX_INPUT_SETS) -> list[Inputs]:
+def graph_calls(input_sets: Sequence[Inputs], max_calls: int = MAX_INPUT_SETS, output_bytes: int = 0,
+                room: int | None = None) -> list[Inputs]:
     """The input sets of the calls a device-time graph holds: every set in turn, repeated up to
     ``MIN_GRAPH_CALLS`` calls, or the first ``max_calls`` sets where that is fewer (graphs of Python-loop
-    baselines). Each set comes back after all the others, so the L2 cache serves no call's inputs."""
-    count = max(min(len(input_sets), max_calls), min(MIN_GRAPH_CALLS, max_calls))
+    baselines). Each set comes back after all the others, so the L2 cache serves no call's inputs.
+    Repeats stop where the calls' outputs (``output_bytes`` each) would outgrow ``room`` bytes (None: no
+    limit), so that a GPU with less memory still times one call per set."""
+    sets = min(len(input_sets), max_calls)
+    count = max(sets, min(MIN_GRAPH_CALLS, max_calls))
+    if room is not None and output_bytes > 0:
+        count = max(sets, min(count, room // output_bytes))
     return [input_sets[index % len(input_sets)] for index in range(count)]
 
 
