@@ -1,6 +1,10 @@
 """The benchmark's timing graphs (``rl_triton._bench.graph_calls``): which calls a device-time graph holds."""
 
-from rl_triton._bench import MIN_GRAPH_CALLS, graph_calls
+import contextlib
+
+import torch
+
+from rl_triton._bench import MIN_GRAPH_CALLS, Implementation, Timer, graph_calls
 
 
 def test_a_graph_repeats_the_input_sets_in_turn():
@@ -39,10 +43,6 @@ class _FakeCuda:
         self.slept = 0
 
     def install(self, monkeypatch) -> None:
-        import contextlib
-
-        import torch
-
         fake = self
 
         class Stream:
@@ -86,18 +86,12 @@ class _FakeCuda:
         monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: setattr(fake, "slept", fake.slept + 1))
 
     def call(self, inputs):
-        import torch
-
         if self.capturing:
             self.captured.append(inputs["set"])
         return torch.zeros(250)  # 1000 bytes of output
 
 
 def test_graph_replay_times_the_sets_in_turn_and_holds_the_stream(monkeypatch):
-    import torch
-
-    from rl_triton._bench import Implementation, Timer
-
     fake = _FakeCuda(free_bytes=10**9)
     fake.install(monkeypatch)
     timer = Timer(torch.device("cuda"), quick=True)
@@ -110,10 +104,6 @@ def test_graph_replay_times_the_sets_in_turn_and_holds_the_stream(monkeypatch):
 
 
 def test_graph_replay_repeats_no_more_calls_than_half_the_free_memory_holds(monkeypatch):
-    import torch
-
-    from rl_triton._bench import Implementation, Timer
-
     fake = _FakeCuda(free_bytes=2 * 7000)  # room for the outputs of 7 calls
     fake.install(monkeypatch)
     Timer(torch.device("cuda"), quick=True).graph_replay(Implementation("fake", fake.call),
