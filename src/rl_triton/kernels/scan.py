@@ -30,7 +30,10 @@ carry, publishes the segment's map, looks back once, then redoes the segment's f
 the true carry until the carry out of a redone chunk equals the one its walk used (after an
 episode end, or once the decay has rounded the difference away), so every output is what a walk
 from the true carry would give. The redo is one chunk on typical data and the whole segment when
-nothing resets and the decay stays near one.
+nothing resets and the decay stays near one. With a look-behind (LOOK_BEHIND > 0, which default plans do
+not take yet), a segment first scans the steps just before it; where they end an episode in every row,
+their carry out is its true carry, so it walks from it, publishes at once and neither waits nor redoes, and
+the last segment of its row tile to finish carries any NaN or inf on past it (``finish_walk_and_mend``).
 
 A program that walks whole rows knows the carry into each chunk before it scans it, so grouped tiles
 may scan directly (``recur_in_thread``: each group recurs from its carry, one multiply-add a step)
@@ -655,14 +658,10 @@ def finish_walk_and_mend(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.const
     phase = 0
     while phase < 2:
         # phase 0: the segment's own redo; phase 1: the row tile's mending, if this program does it
-        while pending:
-            chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
-            inputs = redo_load_fn(args, CONSTS, chunk, steps)
-            chunk_a, chunk_b, carry = scan_chunk_and_store(
-                scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
-                row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-            carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position,
-                                                                  end)
+        carry, walked_carry, position, pending = redo_chunks(
+            redo_load_fn, scan_fn, store_fn, args, CONSTS, carry, walked_carry, position, pending, end, row_tile,
+            order, num_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, BACKWARD, BLOCK_ROWS,
+            BLOCK_TIME, WINDOW, VEC)
         if phase == 0:
             # every thread's stores before the count (released by one thread; chunk_carry does the same)
             tl.debug_barrier()
@@ -687,6 +686,24 @@ def finish_walk_and_mend(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.const
 
 
 @triton.jit
+def redo_chunks(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, walked_carry, position, pending,
+                end, row_tile, order, num_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr,
+                BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
+                VEC: tl.constexpr):
+    """The redo of a walked segment's chunks from ``position`` (if ``pending``) with the true carry, each while
+    its carry in differs from the one the walk used (``redo_advance``). Returns (carry, walked carry, position,
+    pending: false)."""
+    while pending:
+        chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
+        inputs = redo_load_fn(args, CONSTS, chunk, steps)
+        chunk_a, chunk_b, carry = scan_chunk_and_store(
+            scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
+            row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+        carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+    return carry, walked_carry, position, pending
+
+
+@triton.jit
 def finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, walk_carry, walk_decay,
                           row_tile, order, first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
                           aggregate_ptr, prefix_ptr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
@@ -697,13 +714,9 @@ def finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
     carry, walked_carry, position, pending = walk_lookback(
         status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, walk_carry,
         walk_decay, BLOCK_ROWS, WINDOW)
-    while pending:
-        chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
-        inputs = redo_load_fn(args, CONSTS, chunk, steps)
-        chunk_a, chunk_b, carry = scan_chunk_and_store(
-            scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
-            row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-        carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+    redo_chunks(redo_load_fn, scan_fn, store_fn, args, CONSTS, carry, walked_carry, position, pending, end, row_tile,
+                order, num_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, BACKWARD, BLOCK_ROWS,
+                BLOCK_TIME, WINDOW, VEC)
 
 
 @triton.jit(noinline=True)
