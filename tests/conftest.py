@@ -150,6 +150,13 @@ TILE_CASES = [
     pytest.param({"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 2, "window": 2}, 2, 250,
                  id="r1t8m2w2-walk-2x250"),
 ]
+# the tiles on which every argument variant of an estimator runs (tests/test_*.py:
+# test_argument_variants_across_chunks): 13 chunks of 16 steps split in time, and the same walked
+# in 2 segments per row tile
+VARIANT_TILES = [
+    pytest.param({"block_rows": 2, "block_time": 16, "split": True}, id="r2t16-split"),
+    pytest.param({"block_rows": 2, "block_time": 16, "split": True, "walk_programs": 1}, id="r2t16m1-walk"),
+]
 if HAS_CUDA:
     # look-backs past one window, which only concurrent programs reach (the interpreter runs
     # programs one after another, so every predecessor is already done): 33 chunks, window 32;
@@ -174,11 +181,30 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def assert_rel(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "output") -> None:
-    """out is finite, has ref's shape and is within relative error tol of ref."""
+    """out is finite, has ref's shape and is within relative error tol of ref: as a whole (the norm
+    of the error against the norm of ref) and at every element (``|out - ref| <= tol * (|ref| +
+    max |ref|)``, so that one wrong element of a large output cannot hide in the norm)."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     assert torch.isfinite(out).all(), f"{what}: non-finite values for finite inputs"
     err = rel_err(out, ref)
     assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
+    if ref.numel() == 0:
+        return
+    out, ref = out.detach().to(torch.float64), ref.detach().to(torch.float64)
+    magnitude = ref.abs()
+    excess = (out - ref).abs() - tol * (magnitude + magnitude.max())
+    worst = int(excess.argmax())
+    assert float(excess.flatten()[worst]) <= 0, (
+        f"{what}: element {tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ref.shape))} is "
+        f"{float(out.flatten()[worst]):.6g} against {float(ref.flatten()[worst]):.6g} (tolerance {tol:.1e} of its "
+        f"magnitude plus the largest, {float(magnitude.max()):.3g})"
+    )
+
+
+def on_another_device(x: torch.Tensor) -> torch.Tensor:
+    """``x`` moved to a device other than its own: the CPU for a CUDA tensor, else the meta device
+    (no data; enough for the device checks, which come before any read)."""
+    return x.to("meta") if x.device.type == "cpu" else x.cpu()
 
 
 def outputs(result: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:

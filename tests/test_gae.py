@@ -7,17 +7,19 @@ import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
-    HAS_CUDA,
     LARGEST_SHAPE,
     SHAPES,
     TILE_CASES,
     TOLERANCE,
+    VARIANT_TILES,
     Snapshot,
     assert_rel,
     broken,
     episode_slices,
     every_other_step,
     name_pattern,
+    on_another_device,
+    rel_err,
     small_tiles,
     time_major_storage,
 )
@@ -98,6 +100,17 @@ def test_gamma_lambda_edges(backend, gamma, lambda_, make_rollout):
 @pytest.mark.parametrize("variant", [VARIANTS[0], VARIANTS[4]])
 def test_tiles(tile, rows, seq_len, variant, make_rollout):
     ro = make_rollout(rows, seq_len)
+    with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
+        out = compute_gae(**gae_kwargs(ro, **variant))
+    assert_rel(out, oracle(ro, **variant), TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("tile", VARIANT_TILES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_argument_variants_across_chunks(tile, variant, make_rollout):
+    """Every variant (with and without truncations, bootstrap values or last_value) across chunk
+    edges, time segments and walks."""
+    ro = make_rollout(3, 200)
     with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
         out = compute_gae(**gae_kwargs(ro, **variant))
     assert_rel(out, oracle(ro, **variant), TOLERANCE[torch.float32])
@@ -187,19 +200,44 @@ def test_lambda_one_plus_values_is_discounted_return(backend, truncated, make_ro
     assert_rel(advantages + ro.values, returns, TOLERANCE[torch.float64])
 
 
-@pytest.mark.parametrize("lambda_", [0.0, 0.6, 1.0])
-def test_plus_values_is_lambda_return(backend, lambda_, make_rollout):
-    ro = make_rollout(3, 65, dtype=torch.float64)
-    # lambda-returns take V(s_{t+1}) zeroed at truncated steps and V(s_T) in the last column
+def gae_plus_values_and_lambda_returns(ro, lambda_, bootstrap):
+    """GAE + V and the lambda-returns of the same rollout with matching bootstraps: truncations with
+    bootstrap values, or no truncations with GAE's last_value as the returns' last column."""
+    truncated = bootstrap == "truncations"
+    # lambda-returns take V(s_{t+1}) (their entries at truncated steps are not used) and V(s_T) in
+    # the last column
     next_values = torch.zeros_like(ro.values)
     next_values[:, :-1] = ro.values[:, 1:]
-    next_values = next_values * (1 - ro.truncateds)
-    next_values[:, -1] = ro.bootstrap_values[:, -1]
-    advantages = compute_gae(**gae_kwargs(ro, gamma=0.95, lambda_=lambda_))
+    if truncated:
+        bootstrap_values = ro.bootstrap_values
+        advantages = compute_gae(**gae_kwargs(ro, gamma=0.95, lambda_=lambda_))
+    else:
+        bootstrap_values = torch.zeros_like(ro.values)
+        bootstrap_values[:, -1] = ro.last_value
+        advantages = compute_gae(**gae_kwargs(ro, truncated=False, boot="last_value", gamma=0.95, lambda_=lambda_))
+    next_values[:, -1] = bootstrap_values[:, -1]
     returns = compute_lambda_returns(
-        ro.rewards, next_values, ro.terminateds, ro.truncateds, 0.95, lambda_, bootstrap_values=ro.bootstrap_values
+        ro.rewards, next_values, ro.terminateds, ro.truncateds if truncated else None, 0.95, lambda_,
+        bootstrap_values=bootstrap_values,
     )
-    assert_rel(advantages + ro.values, returns, TOLERANCE[torch.float64])
+    return advantages + ro.values, returns
+
+
+@pytest.mark.parametrize("bootstrap", ["truncations", "last_value"])
+@pytest.mark.parametrize("lambda_", [0.0, 0.6, 1.0])
+def test_plus_values_is_lambda_return(backend, lambda_, bootstrap, make_rollout):
+    ro = make_rollout(3, 65, dtype=torch.float64)
+    gae_plus_values, returns = gae_plus_values_and_lambda_returns(ro, lambda_, bootstrap)
+    assert_rel(gae_plus_values, returns, TOLERANCE[torch.float64])
+
+
+@pytest.mark.parametrize("bootstrap", ["truncations", "last_value"])
+@pytest.mark.parametrize("lambda_", [0.0, 0.6, 1.0])
+def test_plus_values_is_lambda_return_across_chunks(lambda_, bootstrap, make_rollout):
+    ro = make_rollout(3, 200, dtype=torch.float64)
+    with _dispatch.use_backend("triton"), small_tiles():
+        gae_plus_values, returns = gae_plus_values_and_lambda_returns(ro, lambda_, bootstrap)
+    assert_rel(gae_plus_values, returns, TOLERANCE[torch.float64])
 
 
 def test_episode_split(backend, make_rollout):
@@ -290,6 +328,10 @@ def test_batch_dims_last_value(backend, make_rollout):
     ro = make_rollout((2, 3), 17)
     out = compute_gae(**gae_kwargs(ro, truncated=False, boot="last_value"))
     assert_rel(out, oracle(ro, truncated=False, boot="last_value").reshape(2, 3, 17), TOLERANCE[torch.float32])
+    # one value per row, but flattened: the batch shape is (2, 3)
+    flat = dict(gae_kwargs(ro, truncated=False, boot="last_value"), last_value=ro.last_value.reshape(6))
+    with pytest.raises(_checks.InputError, match=r"last_value: expected shape \(2, 3\) \(the batch shape of rewards"):
+        compute_gae(**flat)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
@@ -302,6 +344,33 @@ def test_half_precision(backend, dtype, make_rollout):
     out32 = compute_gae(**gae_kwargs(ro), out_dtype=torch.float32)
     assert out32.dtype == torch.float32
     assert_rel(out32, oracle(ro), TOLERANCE[torch.float32])
+
+
+def test_half_tolerance_catches_one_wrong_element(make_rollout):
+    """A bf16 output of 80x96 steps is within HALF_TOLERANCE of the oracle as a whole even with one
+    element off by 1 or one row's last value left out; assert_rel also bounds every element."""
+    ro = make_rollout(80, 96, dtype=torch.bfloat16)
+    ro.terminateds[7, -1] = 0
+    ro.last_value[7] = 0.6
+    kwargs = gae_kwargs(ro, truncated=False, boot="last_value")
+
+    def float64_oracle(arguments):
+        return reference.compute_gae(**{k: v.double() if isinstance(v, torch.Tensor) else v
+                                        for k, v in arguments.items()})
+
+    expected = float64_oracle(kwargs)
+    exact = expected.to(torch.bfloat16)
+    assert_rel(exact, expected, HALF_TOLERANCE)
+    one_off = exact.clone()
+    one_off[41, 50] += 1.0
+    no_last_value = dict(kwargs, last_value=ro.last_value.clone())
+    no_last_value["last_value"][7] = 0.0
+    dropped = float64_oracle(no_last_value).to(torch.bfloat16)
+    for wrong in (one_off, dropped):
+        # the norm alone would pass it
+        assert rel_err(wrong, expected) <= HALF_TOLERANCE
+        with pytest.raises(AssertionError, match="element"):
+            assert_rel(wrong, expected, HALF_TOLERANCE)
 
 
 @pytest.mark.parametrize("flag_dtype", [torch.bool, torch.uint8, torch.float64], ids=["bool", "uint8", "f64"])
@@ -404,12 +473,11 @@ def test_errors(mutate, error, names, make_rollout):
         compute_gae(**kwargs)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="device mismatch needs a second device type (CUDA)")
 @pytest.mark.parametrize("name", ["values", "terminateds", "truncateds", "bootstrap_values"])
 def test_device_mismatch(name, make_rollout):
     kwargs = gae_kwargs(make_rollout(3, 8))
-    kwargs[name] = kwargs[name].cpu()
-    with pytest.raises(_checks.InputError, match=name_pattern(name)):
+    kwargs[name] = on_another_device(kwargs[name])
+    with pytest.raises(_checks.InputError, match=name_pattern(name, "device")):
         compute_gae(**kwargs)
 
 
@@ -440,10 +508,11 @@ def test_correctness_checks(monkeypatch, make_rollout):
     no_flags = gae_kwargs(ro, truncated=False)
     no_flags["bootstrap_values"] = torch.zeros_like(ro.bootstrap_values)
     no_flags["bootstrap_values"][0, 3] = 1.0
-    with pytest.raises(_checks.InputError, match=name_pattern("bootstrap_values")):
+    with pytest.raises(_checks.InputError, match=name_pattern("bootstrap_values", "added")):
         compute_gae(**no_flags)
 
     monkeypatch.setenv("RL_TRITON_CORRECTNESS_WARNINGS", "0")
     # unchecked, a stray bootstrap value is added to v_next as documented
-    assert_rel(compute_gae(**no_flags), reference.compute_gae(**no_flags), TOLERANCE[torch.float32])
+    dense = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in no_flags.items()}
+    assert_rel(compute_gae(**no_flags), reference.compute_gae(**dense), TOLERANCE[torch.float32])
     assert torch.isfinite(compute_gae(**both)).all()

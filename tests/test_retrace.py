@@ -20,6 +20,7 @@ from conftest import (
     episode_slices,
     every_other_step,
     name_pattern,
+    on_another_device,
     small_tiles,
     time_major_storage,
 )
@@ -598,14 +599,13 @@ def test_errors(mutate, error, names, make_rollout):
         compute_retrace(**kwargs)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="device mismatch needs a second device type (CUDA)")
 @pytest.mark.parametrize(
     "name", ["action_probs_target", "action_probs_behavior", "q_values", "next_q_values_all", "actions", "truncateds"]
 )
 def test_device_mismatch(name, make_rollout):
     kwargs = retrace_kwargs(make_rollout(3, 8))
-    kwargs[name] = kwargs[name].cpu()
-    with pytest.raises(_checks.InputError, match=name_pattern(name)):
+    kwargs[name] = on_another_device(kwargs[name])
+    with pytest.raises(_checks.InputError, match=name_pattern(name, "device")):
         compute_retrace(**kwargs)
 
 

@@ -10,16 +10,17 @@ import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
-    HAS_CUDA,
     SHAPES,
     TILE_CASES,
     TOLERANCE,
+    VARIANT_TILES,
     Snapshot,
     assert_rel,
     broken,
     episode_slices,
     every_other_step,
     name_pattern,
+    on_another_device,
     small_tiles,
     time_major_storage,
 )
@@ -155,6 +156,15 @@ def test_tiles(name, tile, rows, seq_len, make_rollout):
     with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
         out = call(name, ro)
     assert_rel(out, oracle(name, ro), TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("tile", VARIANT_TILES)
+@pytest.mark.parametrize("name, variant", VARIANTS)
+def test_argument_variants_across_chunks(tile, name, variant, make_rollout):
+    ro = make_rollout(3, 200)
+    with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
+        out = call(name, ro, **variant)
+    assert_rel(out, oracle(name, ro, **variant), TOLERANCE[torch.float32])
 
 
 # hand-computed with gamma = 0.5, lambda = 0.5 on one five-step row:
@@ -525,7 +535,6 @@ def test_errors(name, mutate, error, names, make_rollout):
         compute(**kwargs)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="device mismatch needs a second device type (CUDA)")
 @pytest.mark.parametrize(
     "name, argument",
     [
@@ -540,8 +549,8 @@ def test_errors(name, mutate, error, names, make_rollout):
 def test_device_mismatch(name, argument, make_rollout):
     compute, build, _, _ = ESTIMATORS[name]
     kwargs = build(make_rollout(3, 8))
-    kwargs[argument] = kwargs[argument].cpu()
-    with pytest.raises(_checks.InputError, match=name_pattern(argument)):
+    kwargs[argument] = on_another_device(kwargs[argument])
+    with pytest.raises(_checks.InputError, match=name_pattern(argument, "device")):
         compute(**kwargs)
 
 
@@ -564,7 +573,7 @@ def test_correctness_checks(monkeypatch, name, make_rollout):
     stray = build(ro, truncated=False)
     stray["bootstrap_values"] = torch.zeros_like(ro.bootstrap_values)
     stray["bootstrap_values"][0, 6] = 3.0
-    with pytest.raises(_checks.InputError, match=name_pattern("bootstrap_values")):
+    with pytest.raises(_checks.InputError, match=name_pattern("bootstrap_values", "ignored")):
         compute(**stray)
 
     monkeypatch.delenv("RL_TRITON_CORRECTNESS_WARNINGS")

@@ -9,10 +9,10 @@ import rl_triton
 from conftest import (
     DTYPES,
     HALF_TOLERANCE,
-    HAS_CUDA,
     SHAPES,
     TILE_CASES,
     TOLERANCE,
+    VARIANT_TILES,
     Snapshot,
     assert_outputs_rel,
     assert_rel,
@@ -20,6 +20,7 @@ from conftest import (
     episode_slices,
     every_other_step,
     name_pattern,
+    on_another_device,
     small_tiles,
     time_major_storage,
 )
@@ -111,6 +112,15 @@ def test_tiles(tile, rows, seq_len, make_rollout):
         out_last_value = compute_vtrace(**vtrace_kwargs(ro, boot="last_value"))
     assert_outputs_rel(out, oracle(ro, rho_bar=1.5), TOLERANCE[torch.float32])
     assert_outputs_rel(out_last_value, oracle(ro, boot="last_value"), TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("tile", VARIANT_TILES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_argument_variants_across_chunks(tile, variant, make_rollout):
+    ro = make_rollout(3, 200)
+    with _dispatch.use_backend("triton"), _launch.tile_override(**tile):
+        out = compute_vtrace(**vtrace_kwargs(ro, **variant))
+    assert_outputs_rel(out, oracle(ro, **variant), TOLERANCE[torch.float32])
 
 
 @pytest.mark.parametrize("truncated", [True, False], ids=["trunc", "notrunc"])
@@ -421,12 +431,11 @@ def test_errors(mutate, error, names, make_rollout):
         compute_vtrace(**kwargs)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="device mismatch needs a second device type (CUDA)")
 @pytest.mark.parametrize("name", ["log_pi_target", "log_pi_behavior", "values", "truncateds", "bootstrap_values"])
 def test_device_mismatch(name, make_rollout):
     kwargs = vtrace_kwargs(make_rollout(3, 8))
-    kwargs[name] = kwargs[name].cpu()
-    with pytest.raises(_checks.InputError, match=name_pattern(name)):
+    kwargs[name] = on_another_device(kwargs[name])
+    with pytest.raises(_checks.InputError, match=name_pattern(name, "device")):
         compute_vtrace(**kwargs)
 
 
@@ -450,8 +459,26 @@ def test_correctness_checks(monkeypatch, make_rollout):
     stray["truncateds"][1, 4] = 0
     stray["terminateds"][1, 4] = 0
     stray["bootstrap_values"][1, 4] = -2.0
-    with pytest.raises(_checks.InputError, match=name_pattern("bootstrap_values")):
+    with pytest.raises(_checks.InputError, match=name_pattern("bootstrap_values", "added")):
         compute_vtrace(**stray)
+
+    # log pi(a) = -inf: the target policy never takes the action, so rho = c = 0 there
+    impossible = vtrace_kwargs(ro)
+    impossible["log_pi_target"] = ro.log_pi_target.clone()
+    impossible["log_pi_target"][0, 3] = -math.inf
+    impossible["log_pi_target"][2, 19] = -math.inf
+    dense = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in impossible.items()}
+    expected = reference.compute_vtrace(**dense)
+    assert all(torch.isfinite(x).all() for x in expected)
+    assert float(expected[1][0, 3]) == 0.0  # rho = 0: no advantage at a step the target never takes
+    assert_outputs_rel(compute_vtrace(**impossible), expected, TOLERANCE[torch.float32])
+    for name, value in (("log_pi_target", math.nan), ("log_pi_target", math.inf), ("log_pi_behavior", -math.inf),
+                        ("log_pi_behavior", math.nan)):
+        bad = vtrace_kwargs(ro)
+        bad[name] = getattr(ro, name).clone()
+        bad[name][1, 2] = value
+        with pytest.raises(_checks.InputError, match=name_pattern(name, "log-probabilities")):
+            compute_vtrace(**bad)
 
     monkeypatch.delenv("RL_TRITON_CORRECTNESS_WARNINGS")
     assert_outputs_rel(

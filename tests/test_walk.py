@@ -10,7 +10,7 @@ discounted returns, eligibility traces, prefix sums).
 import pytest
 import torch
 
-from conftest import TOLERANCE, assert_outputs_rel
+from conftest import HALF_TOLERANCE, TOLERANCE, assert_outputs_rel
 from rl_triton import _dispatch, _launch, reference
 from rl_triton.ops.gae import compute_gae
 from rl_triton.ops.prefix_sum import compute_episodic_prefix_sum
@@ -134,6 +134,17 @@ def test_float64_walks(name, make_rollout):
     ro = make_rollout(2, 300, dtype=torch.float64, term_rate=0.01, trunc_rate=0.01)
     out, expected = run(name, ro)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float64])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", ["gae", "vtrace", "lambda", "traces", "prefix_sum", "retrace_two_passes"])
+def test_half_precision_walks(name, dtype, make_rollout):
+    # batch-major 16-bit values with uint8 flags across chunk edges and walked segments (the
+    # redo included), each output rounded to the 16-bit dtype once
+    ro = make_rollout(2, 304, dtype=dtype, flag_dtype=torch.uint8)
+    out, expected = run(name, ro)
+    assert all(o.dtype == dtype for o in (out if isinstance(out, tuple) else (out,)))
+    assert_outputs_rel(out, expected, HALF_TOLERANCE)
 
 
 @pytest.mark.parametrize("name", ["gae_last_value", "vtrace", "discounted", "prefix_sum", "retrace_two_passes"])

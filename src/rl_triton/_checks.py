@@ -110,11 +110,13 @@ def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
     )
 
 
-def same_shape(name: str, value: torch.Tensor, shape: torch.Size, reference_name: str) -> None:
+def same_shape(name: str, value: torch.Tensor, shape: torch.Size, reference_name: str, *, per_row: bool = False) -> None:
     if value.shape != shape:
-        raise InputError(
-            f"{name}: expected shape {tuple(shape)} (the shape of {reference_name}), got {tuple(value.shape)}"
-        )
+        if per_row:
+            what = f"the batch shape of {reference_name}, without its time dimension"
+        else:
+            what = f"the shape of {reference_name}"
+        raise InputError(f"{name}: expected shape {tuple(shape)} ({what}), got {tuple(value.shape)}")
 
 
 def same_device(name: str, value: torch.Tensor, device: torch.device, reference_name: str) -> None:
@@ -129,8 +131,11 @@ def matching(
     shape: torch.Size,
     device: torch.device,
     reference_name: str,
+    *,
+    per_row: bool = False,
 ) -> torch.Tensor:
-    """A tensor of ``dtypes`` of ``shape`` on ``device`` (those of the argument ``reference_name``).
+    """A tensor of ``dtypes`` of ``shape`` on ``device`` (those of the argument ``reference_name``;
+    ``per_row``: ``shape`` is its batch shape, one value per row).
 
     Failures are reported in the order type, dtype, shape, device.
     """
@@ -142,7 +147,7 @@ def matching(
     ):
         return value
     value = tensor(name, value, dtypes)
-    same_shape(name, value, shape, reference_name)
+    same_shape(name, value, shape, reference_name, per_row=per_row)
     same_device(name, value, device, reference_name)
     return value
 
@@ -230,9 +235,14 @@ def check_flags_exclusive(terminateds: torch.Tensor, truncateds: torch.Tensor | 
 
 
 def check_bootstrap_placement(
-    bootstrap_values: torch.Tensor | None, truncateds: torch.Tensor | None, time_dim: int
+    bootstrap_values: torch.Tensor | None, truncateds: torch.Tensor | None, time_dim: int, *, added: bool
 ) -> None:
-    """bootstrap_values may be non-zero only at truncated steps and in the last column."""
+    """bootstrap_values may be non-zero only at truncated steps and in the last column.
+
+    ``added``: whether a stray value enters the recurrence (GAE and V-trace add it to the next
+    state's value) or is ignored (the returns take a bootstrap value only at truncated steps and
+    in the last column); either way it is almost certainly a mistake in the caller's buffer.
+    """
     if bootstrap_values is None:
         return
     stray = bootstrap_values != 0
@@ -241,9 +251,10 @@ def check_bootstrap_placement(
     stray = stray.narrow(time_dim, 0, bootstrap_values.shape[time_dim] - 1)
     if bool(stray.any()):
         count = int(stray.sum())
+        effect = "added to the next-state value there" if added else "ignored there"
         raise InputError(
             f"bootstrap_values: expected zeros at non-truncated steps before the last column, found {count} "
-            "non-zero value(s); they would be added to the next-state value there (see docs/conventions.md)"
+            f"non-zero value(s); they would be {effect} (see docs/conventions.md)"
         )
 
 
@@ -260,7 +271,13 @@ def check_positive(name: str, value: torch.Tensor) -> None:
         raise InputError(f"{name}: expected probabilities > 0, found {int(bad.sum())} value(s) <= 0 or NaN")
 
 
-def check_finite(name: str, value: torch.Tensor) -> None:
-    bad = ~torch.isfinite(value)
+def check_log_probabilities(name: str, value: torch.Tensor, *, zero_allowed: bool) -> None:
+    """NaN and +inf are never log-probabilities; -inf (probability 0) is one only where ``zero_allowed``."""
+    bad = torch.isnan(value) | (value == math.inf)
+    if not zero_allowed:
+        bad |= value == -math.inf
     if bool(bad.any()):
-        raise InputError(f"{name}: expected finite values, found {int(bad.sum())} NaN or infinite value(s)")
+        allowed = "finite or -inf (probability 0)" if zero_allowed else "finite"
+        raise InputError(
+            f"{name}: expected log-probabilities, {allowed}; found {int(bad.sum())} NaN or infinite value(s)"
+        )

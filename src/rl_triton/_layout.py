@@ -96,7 +96,8 @@ class RowLayout:
 
     def check_per_row(self, name: str, x: object, device: torch.device) -> torch.Tensor:
         """A floating per-environment tensor of shape ``batch_shape`` on ``device`` (the primary input's)."""
-        return _checks.matching(name, x, _checks.FLOAT_DTYPES, self.batch_shape, device, self.primary_name)
+        return _checks.matching(name, x, _checks.FLOAT_DTYPES, self.batch_shape, device, self.primary_name,
+                                per_row=True)
 
     def from_rows(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A ``[rows, T]`` result as a tensor of ``self.shape`` in ``dtype`` (differentiable; may be a view)."""

@@ -41,13 +41,14 @@ def compute_gae(
     Args:
         rewards: r[t], reward of the transition from s_t, ``[num_envs, seq_len]``.
         values: V(s_t), same shape.
-        terminateds: 1 (any non-zero) where the episode terminated at step t; bool, uint8 or float.
+        terminateds: 1 (any non-zero) where the episode terminated at step t; bool, uint8, int8 or float.
         truncateds: 1 where the episode was cut by a time limit at step t. None: no truncations.
         gamma: discount factor in [0, 1].
         lambda_: GAE trace parameter in [0, 1].
         bootstrap_values: V(s_{t+1}) of the true next state at truncated steps and, if the window
             ends mid-episode, at t = T-1; zero elsewhere. Exclusive with ``last_value``.
-        last_value: V(s_T) per environment, shape ``[num_envs]``; only without ``truncateds``.
+        last_value: V(s_T) per environment, of the batch shape (``[num_envs]`` for 2-d rewards);
+            only without ``truncateds``.
         time_dim: the time dimension (default last; 0 for time-major ``[seq_len, num_envs]``).
             Other dimensions are batch dimensions.
         out_dtype: dtype of the result (default: ``rewards.dtype``).
@@ -83,7 +84,7 @@ def compute_gae(
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
     if _checks.correctness_checks_enabled(compiling):
         _checks.check_flags_exclusive(terminateds, truncateds)
-        _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
+        _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim, added=True)
 
     if layout.empty_problem:
         return layout.empty(result_dtype, device)

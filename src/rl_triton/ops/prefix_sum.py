@@ -37,7 +37,7 @@ def compute_episodic_prefix_sum(
     Args:
         inputs: x[t], ``[num_envs, seq_len]``.
         dones: boundary flags (any non-zero is set), same shape; never shift them yourself.
-        seed_values: C[-1] per row, shape ``[num_envs]`` (default 0).
+        seed_values: C[-1] per row, of the batch shape (``[num_envs]`` for 2-d inputs; default 0).
         boundary: "ends_at" or "starts_at", see above.
         time_dim: the time dimension (default last); other dimensions are batch dimensions.
         out_dtype: dtype of the result (default: ``inputs.dtype``).

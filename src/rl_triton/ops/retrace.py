@@ -50,7 +50,7 @@ def compute_retrace(
         action_probs_behavior: mu(a_t | s_t) of the taken action, ``[num_envs, seq_len]``.
         q_values: Q(s_t, a_t) of the taken action, ``[num_envs, seq_len]``.
         next_q_values_all: Q(s_{t+1}, a) for every action, ``[num_envs, seq_len, num_actions]``.
-        actions: index of the taken action a_t, ``[num_envs, seq_len]``, int32 or int64.
+        actions: index of the taken action a_t, ``[num_envs, seq_len]``, int64, int32, int16 or uint8.
         rewards: r[t], ``[num_envs, seq_len]``.
         terminateds: 1 (any non-zero) where the episode terminated at step t; zeroes the bootstrap.
         truncateds: 1 where a time limit cut the episode at step t; keeps the bootstrap, cuts the trace.

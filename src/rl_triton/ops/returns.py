@@ -39,8 +39,9 @@ def compute_lambda_returns(
 
     Args:
         rewards: r[t], ``[num_envs, seq_len]``.
-        next_values: V(s_{t+1}), same shape; zero it at truncated steps (their continuation value
-            comes from ``bootstrap_values``), and put V(s_T) in the last column.
+        next_values: V(s_{t+1}), same shape, with V(s_T) in the last column. Its entries at
+            terminated or truncated steps are not used (a truncated step's continuation value
+            comes from ``bootstrap_values``).
         terminateds: 1 (any non-zero) where the episode terminated at step t.
         truncateds: 1 where a time limit cut the episode at step t. None: no truncations (then
             only the last column of ``bootstrap_values`` is used).
@@ -128,7 +129,7 @@ def _returns(
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
     if _checks.correctness_checks_enabled(compiling):
         _checks.check_flags_exclusive(terminateds, truncateds)
-        _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
+        _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim, added=False)
 
     if layout.empty_problem:
         return layout.empty(result_dtype, device)
@@ -169,7 +170,8 @@ def compute_eligibility_traces(
         dones: 1 (any non-zero) where the episode ended at step t.
         gamma: discount factor in [0, 1].
         lambda_: trace decay in [0, 1].
-        seed_values: z[-1] per environment, shape ``[num_envs]`` (default 0).
+        seed_values: z[-1] per environment, of the batch shape (``[num_envs]`` for 2-d
+            gradients; default 0).
         time_dim: the time dimension (default last); other dimensions are batch dimensions.
         out_dtype: dtype of the result (default: ``gradients.dtype``).
 

@@ -43,7 +43,8 @@ def compute_vtrace(
     rho_bar = c_bar = 1, vs are the lambda = 1 returns. Boundary rules: docs/conventions.md.
 
     Args:
-        log_pi_target: log pi(a_t | s_t) under the target (learner) policy, ``[num_envs, seq_len]``.
+        log_pi_target: log pi(a_t | s_t) under the target (learner) policy, ``[num_envs, seq_len]``;
+            -inf (probability 0) gives rho = c = 0 at that step.
         log_pi_behavior: log mu(a_t | s_t) under the behaviour (actor) policy, same shape.
         values: V(s_t), same shape.
         rewards: r[t], same shape.
@@ -54,7 +55,8 @@ def compute_vtrace(
         c_bar: clip of the ratio in the trace decay (>= 0, may be inf).
         bootstrap_values: V of the true next state at truncated steps and at t = T-1; zero elsewhere.
             Exclusive with ``last_value``.
-        last_value: V(s_T) per environment, shape ``[num_envs]``.
+        last_value: V(s_T) per environment, of the batch shape (``[num_envs]`` for 2-d rewards).
+            With ``truncateds``, interior truncated steps then bootstrap from 0.
         time_dim: the time dimension (default last); other dimensions are batch dimensions.
         out_dtype: dtype of the results (default: ``rewards.dtype``).
 
@@ -86,9 +88,9 @@ def compute_vtrace(
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
     if _checks.correctness_checks_enabled(compiling):
         _checks.check_flags_exclusive(terminateds, truncateds)
-        _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim)
-        _checks.check_finite("log_pi_target", log_pi_target)
-        _checks.check_finite("log_pi_behavior", log_pi_behavior)
+        _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim, added=True)
+        _checks.check_log_probabilities("log_pi_target", log_pi_target, zero_allowed=True)
+        _checks.check_log_probabilities("log_pi_behavior", log_pi_behavior, zero_allowed=False)
 
     if layout.empty_problem:
         return layout.empty(result_dtype, device), layout.empty(result_dtype, device)
