@@ -111,9 +111,12 @@ ROW_FIELDS = ("last_value", "seed_values")
 DTYPES = [pytest.param(torch.float32, id="f32"), pytest.param(torch.float64, id="f64")]
 
 # (dtype, rows, T): single- and two-step rows, a prime, both sides of the power of two 64, a long
-# row; 33 rows is one past a power-of-two row tile. float32 runs every shape, float64 a spread of
-# them (under the interpreter each shape costs seconds).
-_F32_SHAPES = [(rows, seq_len) for seq_len in (1, 2, 7, 63, 65) for rows in (1, 3, 33)] + [(1, 1000), (3, 1000)]
+# row, and one step past the longest row the default plans take as one chunk (4097 steps: split
+# in time into chunks of 2048 or 4096 steps, with a look-back); 33 rows is one past a power-of-two
+# row tile. float32 runs every shape, float64 a spread of them (under the interpreter each shape
+# costs seconds).
+_F32_SHAPES = [(rows, seq_len) for seq_len in (1, 2, 7, 63, 65) for rows in (1, 3, 33)] + [(1, 1000), (3, 1000),
+                                                                                           (1, 4097)]
 _F64_SHAPES = [(1, 1), (3, 2), (33, 7), (1, 63), (3, 65), (1, 1000)]
 SHAPES = [
     pytest.param(dtype, rows, seq_len, id=f"{name}-{rows}x{seq_len}")
