@@ -16,7 +16,8 @@ from conftest import HALF_TOLERANCE, TOLERANCE, assert_outputs_rel
 from rl_triton import _launch
 from test_walk import run
 
-NAMES = ["gae", "gae_last_value", "vtrace", "lambda", "discounted", "traces", "prefix_sum", "prefix_sum_starts_at"]
+NAMES = ["gae", "gae_last_value", "vtrace", "lambda", "discounted", "discounted_truncated", "traces", "prefix_sum",
+         "prefix_sum_starts_at"]
 
 BATCH_MAJOR = {
     # rows of 200 steps in chunks of 32 (a partial last chunk): 8 groups of 4 steps across a warp's lanes

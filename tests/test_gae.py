@@ -246,11 +246,11 @@ def test_plus_values_is_lambda_return(backend, lambda_, bootstrap, make_rollout)
 
 
 @pytest.mark.parametrize("bootstrap", ["truncations", "last_value"])
-@pytest.mark.parametrize("lambda_", [0.0, 0.6, 1.0])
-def test_plus_values_is_lambda_return_across_chunks(lambda_, bootstrap, make_rollout):
+def test_plus_values_is_lambda_return_across_chunks(bootstrap, make_rollout):
+    # lambda = 0 and 1 on the default plan above; across chunks the general case
     ro = make_rollout(3, 200, dtype=torch.float64)
     with _dispatch.use_backend("triton"), small_tiles():
-        gae_plus_values, returns = gae_plus_values_and_lambda_returns(ro, lambda_, bootstrap)
+        gae_plus_values, returns = gae_plus_values_and_lambda_returns(ro, 0.6, bootstrap)
     assert_rel(gae_plus_values, returns, TOLERANCE[torch.float64])
 
 

@@ -13,7 +13,8 @@ from conftest import HALF_TOLERANCE, TOLERANCE, assert_outputs_rel
 from rl_triton import _dispatch, _launch
 from test_walk import ORACLES, estimator_calls, run
 
-NAMES = ["gae", "gae_last_value", "vtrace", "lambda", "discounted", "traces", "prefix_sum", "prefix_sum_starts_at"]
+NAMES = ["gae", "gae_last_value", "vtrace", "lambda", "discounted", "discounted_truncated", "traces", "prefix_sum",
+         "prefix_sum_starts_at"]
 
 PLANS = {
     # 3 row tiles of 4 rows, every row walked in chunks of 4 groups of 4 steps by one program
