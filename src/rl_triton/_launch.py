@@ -157,13 +157,16 @@ _TIME_MAJOR_WALK_ELEMENTS_PER_WARP = 256
 # (8 rows x 64 steps): tiles of more warps take fewer programs, so the register budget of a thread
 # (walks are capped at it, see _walk_register_budget) does not shrink with the tile.
 _TIME_MAJOR_WALK_PLAN_WARPS = 2
-# GAE with truncations and lambda-returns walk time-major tiles of 32 steps, 16 warps per
-# multiprocessor (8 rows: 16 programs of one warp). Measured on an H200, 8x2^21 stored [T, N], % of the
-# copy bandwidth, 8 x 64 tiles of 2 warps -> 8 x 32 of 1 warp, 16 programs
+# GAE with truncations and lambda-returns walked time-major tiles of 32 steps, 16 warps per
+# multiprocessor (8 rows: 16 programs of one warp), before strided groups. Their launchers still pass
+# it, but plan_tiles drops time_major_walk wherever strided_time_major is given, which these launchers
+# always do: their walks take the strided walk tiles (StridedTimeMajor; 64 steps) instead, and this
+# plan applies only to plans asked without strided groups. Measured on an H200, 8x2^21 stored [T, N],
+# % of the copy bandwidth, 8 x 64 tiles of 2 warps -> 8 x 32 of 1 warp, 16 programs
 # (benchmarks/results/h200-2026-12-01-run16-walk-caps-ab2.txt): GAE with truncations 49.0 -> 64.3,
 # lambda-returns 59.3 -> 66.9; GAE without them 44.8 -> 44.0, V-trace 55.4 -> 43.3, discounted returns
 # 45.9 -> 40.3, eligibility traces 52.2 -> 52.4 keep 64 steps. V-trace with 32 steps and 12 warps read
-# 55.9 -> 60.9 at 8x2^21 but 56.5 -> 52.9 at 64x2^18 (-run16-walk-sweep.txt, -run16-time-major-vtrace.txt).
+# 55.9 -> 60.9 at 8x2^21 but 56.5 -> 52.9 at 64x2^18 (-run16-time-major-vtrace.txt).
 _TIME_MAJOR_SHORT_WALK = (32, 16)
 
 
@@ -258,7 +261,7 @@ class StridedTimeMajor:
 
 
 # the 32-row walk tiles were measured faster with float32 steps (the widest input's bytes) only: bf16
-# values with uint8 flags stored [T, N] read slower with them at 64x2^18 (-run27-few-and-bf16.txt,
+# values with uint8 flags stored [T, N] read slower with them at 64x2^18 (-run27-bf16-time-major-ab.txt,
 # round 26 -> 32-row walks, % of the copy ceiling: GAE 39.5 -> 33.9, V-trace 44.2 -> 41.7, eligibility
 # traces 37.9 -> 31.6), float64 was not measured
 _WIDE_WALK_ELEMENT_BYTES = 4
@@ -489,8 +492,8 @@ class TilePlan:
     vec: int
     # a register cap per thread (ptxas .maxnreg), None: the compiler's choice
     max_registers: int | None = None
-    # whether programs that walk several chunks load each next chunk ahead: always, but for Retrace's
-    # (the other kernels' loops take their next chunk from the load ahead)
+    # whether programs that walk several chunks load each next chunk ahead: always, but for the one-pass
+    # Retrace kernel's (retrace_kernel; the other kernels' loops take their next chunk from the load ahead)
     walk_ahead: bool = True
     # chunks per program of a time split (more than one: walked segments)
     segment_chunks: int = 1
@@ -572,9 +575,10 @@ def tile_override(
     """Force tile sizes (powers of two) and whether time is split across programs.
 
     For tests (multi-chunk and look-back paths at small sizes) and tuning; None keeps the heuristic.
-    ``max_registers`` caps registers per thread (0: no cap); ``prefetch=False`` stops Retrace's programs
-    that walk several chunks from loading the next one ahead (``True`` makes them, where the plan
-    would not; the other kernels' programs always load ahead); ``walk_programs``: a split of a kernel that
+    ``max_registers`` caps registers per thread (0: no cap); ``prefetch=False`` stops the one-pass Retrace
+    kernel's (``retrace_kernel``) programs that walk several chunks from loading the next one ahead
+    (``True`` makes them, where the plan would not; the other kernels' programs always load ahead);
+    ``walk_programs``: a split of a kernel that
     walks segments makes about this many programs per multiprocessor (0: one chunk per program);
     ``retrace_kernels``: Retrace runs ``"one-pass"``, ``"two-pass"`` or ``"fused"`` (``retrace``) whatever
     the call (the tile sizes then apply to the kernel that scans), except outputs narrower than half
@@ -642,7 +646,9 @@ def plan_tiles(
     split takes chunks of ``one_row_tile_split`` steps instead, if given.
     ``walk_split``: (chunk steps, programs per multiprocessor) of walked segments, for kernels that can
     walk a segment of several chunks per program of a split (time-major splits walk tiles of
-    ``_TIME_MAJOR_WALK_TILE`` instead of that chunk length).
+    ``_TIME_MAJOR_WALK_TILE``, or of ``time_major_walk``, or with strided groups
+    ``StridedTimeMajor.walk`` / ``paired_walk`` (float32 steps, at least ``walk[0]`` rows), instead of
+    that chunk length).
     ``time_major_many_rows``: (rows, steps, warps) of the time-major tiles of calls of at least
     ``_TIME_MAJOR_MANY_ROWS`` rows, for kernels measured there (None: by the number of rows).
     ``packed_tile_elements``: batch-major rows shorter than this are packed, several to a program of one
@@ -653,8 +659,9 @@ def plan_tiles(
     segments of at least 8 chunks. Walked segments take at most the registers that let every program of
     the walk be resident at once, unless ``walk_register_cap`` is False. ``time_major_walk``: (chunk
     steps, warps per multiprocessor) of time-major walked segments (None: 64 steps, as many warps as
-    ``walk_split``'s programs of 2 warps). ``strided_time_major``: the tiles of time-major calls read in
-    strided groups (``kernels/scan.py: strided_offsets``), for kernels that can (None: step by step).
+    ``walk_split``'s programs of 2 warps); ignored where ``strided_time_major`` is given.
+    ``strided_time_major``: the tiles of time-major calls read in strided groups
+    (``kernels/scan.py: strided_offsets``), for kernels that can (None: step by step).
     ``narrow_whole_rows``: batch-major programs of 2-byte steps that walk whole rows leave out in-range
     masks where the rows and steps fill whole tiles (``TilePlan.whole_tiles``).
     """
@@ -719,7 +726,8 @@ def _plan(
     if not time_major:
         strided_time_major = None
     if strided_time_major is not None:
-        # strided groups take the time-major walk tile of 64 steps (see StridedTimeMajor)
+        # strided groups take the walk tiles of StridedTimeMajor (walk / paired_walk for float32 steps
+        # from walk[0] rows) or the 16 x 64 time-major walk tile, never time_major_walk
         time_major_walk = None
     # rows of no whole number of groups are read step by step (_grouped_meta) and keep the plans they had
     # before the tiles of 16 rows and the walks of 32 (none of those was measured on such rows)
@@ -1205,7 +1213,7 @@ def _grouped_meta(args: tuple, meta: dict) -> dict:
     That holds when each 2-d tensor has contiguous steps, a whole number of groups per row, rows a
     whole number of groups apart and 16-byte aligned storage. Otherwise the tiles are not grouped:
     Triton's own layout reads such rows far faster than groups it cannot align (on an H200,
-    eligibility traces at 4096x1001: 11% of the copy bandwidth grouped, 52% not; benchmarks/NOTES.md).
+    eligibility traces at 4096x1000: 11% of the copy bandwidth grouped, 52% not; benchmarks/NOTES.md).
     The decision depends only on what the compiled-kernel cache key holds (strides, sizes, 16-byte
     alignment), so a cached kernel carries it.
     """
@@ -1683,9 +1691,10 @@ def _retrace_kernels(
 ) -> tuple[str, bool, TilePlan | None]:
     """(kernels, halves, plan of the kernel that scans) of a Retrace call.
 
-    Kernels: ``"fused"`` for batch-major rows of up to 1024 steps in one chunk and for batch-major walked
-    segments of up to 4 actions, ``"one-pass"`` for time-major splits that do not walk, ``"two-pass"``
-    otherwise (``tile_override(retrace_kernels=...)`` forces one). The two
+    Kernels: ``"fused"`` for batch-major rows of up to 1024 steps in one chunk and for batch-major time
+    splits of up to 4 actions (walked segments, and splits too short to walk: one chunk per program),
+    ``"one-pass"`` for time-major splits that do not walk, ``"two-pass"`` otherwise
+    (``tile_override(retrace_kernels=...)`` forces one). The two
     multi-pass kernels keep E and the ratios in the outputs between reduction and scan: exactly where
     the outputs hold the compute dtype (or wider); ``halves`` where they are half as wide (bf16/fp16
     outputs of float32 compute, float32 outputs of float64), E split into the high and low halves of its
@@ -1771,7 +1780,8 @@ def _retrace_kernels(
         # 8x2^21 stored [T, N]: 25.2% in one pass, 62.3% in two).
         return "one-pass", False, None
     if kernels is None:
-        # Two passes for the rest. Batch-major splits of one chunk per program: the fused kernel about
+        # Two passes for the rest (batch-major splits of one chunk per program reach here only with more
+        # than 4 actions). Batch-major splits of one chunk per program: the fused kernel about
         # equal (64x16384: 44.7 -> 50.0 with 4 actions, 62.7 -> 61.3 with 18; -run9-retrace-fused.txt;
         # 45.0 -> 46.8 and 59.2 -> 47.9, -run12-retrace-walks.txt).
         # Time-major rows not split in time: fused against two passes, 18 actions, 4096x128 35.8 / 58.4,

@@ -9,9 +9,9 @@ kernel launches with its own data pointers.
 A call is recorded while a ``TorchDispatchMode`` watches every tensor operation it runs. It is
 kept only if everything it did can be repeated exactly: allocations, zero fills, views, and
 kernel launches whose tensor arguments start at one of the call's input tensors (each at its
-own address) or inside one of its allocations. Anything else (a dtype conversion, a copy, a
-host read of data, a launch through Triton's own path) leaves the call unrecorded, so it always
-takes the full path. Calls that need gradients, run under ``torch.compile``, the correctness
+own address), inside one of its allocations, or are the library's placeholders or the stream's
+look-back workspaces. Anything else (a dtype conversion, a copy, a host read of data, a launch
+through Triton's own path) leaves the call unrecorded, so it always takes the full path. Calls that need gradients, run under ``torch.compile``, the correctness
 flag, a forced backend, a tile override or Triton's interpreter or profiling hooks also take
 the full path.
 

@@ -2,8 +2,8 @@
 
 Three kernels; ``_launch._retrace_kernels`` picks how a call runs.
 
-``retrace_scan_kernel`` with ``REDUCE`` (the fused kernel: batch-major rows not split in time, and
-walked segments of up to 4 actions) runs two passes chunk by chunk in one program: it reduces the
+``retrace_scan_kernel`` with ``REDUCE`` (the fused kernel: batch-major rows of up to 1024 steps in one
+chunk, and batch-major time splits of up to 4 actions) runs two passes chunk by chunk in one program: it reduces the
 chunk's per-action tensors, stores E_pi[Q(s_{t+1}, .)] into the targets and pi(a_t | s_t) / mu(a_t | s_t)
 into the advantages, waits at a barrier, then reads them back with the per-step inputs and scans on
 the shared engine (``kernels/scan.py``), overwriting them with the results. The values travel through
@@ -13,10 +13,10 @@ the inputs by the same code. Where its programs walk segments and the actions fi
 chunk is scanned, and reduced when their chunk's turn comes (``retrace_ahead_*``).
 
 ``retrace_actions_kernel`` (or ``retrace_flat_actions_kernel``) then ``retrace_scan_kernel`` without
-``REDUCE`` do the same in two launches (other time splits, and time-major rows): a streaming reduction
-with no scan, then the scan. The flat kernel reads dense per-action tensors of 17-31 actions as one
-contiguous run of memory per block of steps and sums each step's actions by a segmented scan; the tiled
-kernel reads ``[rows, time, passes, lanes]`` tiles (below).
+``REDUCE`` do the same in two launches (other batch-major rows and time splits, walked time-major splits,
+time-major rows not split): a streaming reduction with no scan, then the scan. The flat kernel reads dense
+per-action tensors of 17-31 actions as one contiguous run of memory per block of steps and sums each step's
+actions by a segmented scan; the tiled kernel reads ``[rows, time, passes, lanes]`` tiles (below).
 The ratio of step t+1 is read at t from the advantages inside a chunk (still the first pass's
 value: every program stores only the chunk it has loaded) and recomputed from the inputs at a
 chunk's edge, so no program reads a value another has overwritten. A walked segment's redo would
@@ -28,7 +28,7 @@ float64; ``HALVES``) cannot hold E in one of them: E is stored as the high and t
 bits, one half per output, and the ratios are gathered from the inputs in the scan instead. Every
 value is then exactly the wide outputs' value, rounded once.
 
-``retrace_kernel`` does it in one pass (time-major rows split in time, and outputs narrower than
+``retrace_kernel`` does it in one pass (time-major splits too short to walk, and outputs narrower than
 half the compute dtype). Every input is read once. The per-action tensors are
 read as ``[rows, time, passes, lanes]`` tiles: a warp reads ``ACTION_LANES`` neighbouring actions
 of a few steps at once (a few cache lines per load) and each thread keeps ``ACTION_PASSES`` such
@@ -727,10 +727,10 @@ def retrace_scan_kernel(
     REDUCE (both passes in one program per chunk): each chunk's E and ratios are first computed
     from the per-action inputs (``retrace_fused_load``; AHEAD, only with REDUCE, for walks of one
     action group: ``retrace_ahead_load`` and ``retrace_ahead_scan``), through the outputs and the L2 cache.
-    Otherwise ``retrace_actions_kernel`` stored them before this launch. Walked segments (WALK) may
-    be redone: the redo recomputes a chunk's E and ratios from the inputs (``retrace_fused_load``),
-    in sub-tiles of SUB_STEPS steps. A scan of two passes that does not walk reads no per-action
-    argument after the actions (next-Q and its strides, ACTION_*, SUB_STEPS).
+    Otherwise ``retrace_actions_kernel`` stored them before this launch. Walked segments (WALK) may be
+    redone: the redo recomputes a chunk's E and ratios from the inputs (``retrace_fused_load``; AHEAD:
+    ``retrace_ahead_load``), in sub-tiles of SUB_STEPS steps. A scan of two passes that does not walk reads
+    no per-action argument after the actions (next-Q and its strides, ACTION_*, SUB_STEPS).
     """
     # even segments: measured on an H200 with 4 actions, % of the copy bandwidth at 8x2^21 / 1x2^24, two
     # interleaved runs (benchmarks/results/h200-2026-11-30-run15-even-segments.txt): 73.4-73.6 / 73.6-74.2

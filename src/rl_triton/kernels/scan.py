@@ -24,8 +24,8 @@ its carry, publishes its own inclusive prefix and finishes. One pass over the da
 an episode ends has a map that ignores its carry, so it publishes its prefix at once and the look-back
 of the chunks after it stops there, once every chunk before them has published (``chunk_carry``).
 
-Kernels that can walk (GAE, V-trace, returns, episodic scans) split long rows into segments of
-several chunks instead, about one per resident program: a program walks its segment from a zero
+Kernels that can walk (GAE, V-trace, returns, episodic scans, Retrace's scan) split long rows into
+segments of several chunks instead, about one per resident program: a program walks its segment from a zero
 carry, publishes the segment's map, looks back once, then redoes the segment's first chunks with
 the true carry until the carry out of a redone chunk equals the one its walk used (after an
 episode end, or once the decay has rounded the difference away), so every output is what a walk
@@ -577,8 +577,8 @@ def finish_walked_segment_apart(redo_load_fn: tl.constexpr, scan_fn: tl.constexp
     of its size, and the redo repeats a kernel's loads, scan and stores. For sm_90a on a 2-core CPU,
     Retrace's walk with 4 actions at 8x2^21 compiled in 2.10-2.64 s this way against 2.57-2.97 s inlined
     (four processes each); on H200 hosts its first call took 1.91-3.25 s in six processes against
-    3.33-4.24 s in four (benchmarks/NOTES.md, "Thirty-seventh round"). The walks of the light estimators
-    stay inlined: their episodic scans read 4-7% slower in a function. A called function takes scalars only, so the walk
+    3.33-4.24 s in four (benchmarks/NOTES.md, "Thirty-seventh round"). The other kernels' walks (GAE,
+    V-trace, returns, episodic scans) stay inlined: their episodic scans read 4-7% slower in a function. A called function takes scalars only, so the walk
     leaves its map in the segment's aggregate slot, and this reads it back and builds the kernel's
     ``args`` again: ``arg_inputs`` with ``rows, row_ok`` before ``seq_len``. (Built in place: a tuple that
     a Triton function returns turns its compile-time entries, such as strides of 1 and absent pointers,
