@@ -1,0 +1,351 @@
+"""The same numbers as the libraries RL code computes these with today, through the recipes of docs/interop.md.
+
+Each test fills another library's inputs from one rollout, in that library's own layout and flag
+conventions, runs the library, and checks that the rl_triton call written in docs/interop.md
+returns the same values, on both backends. The libraries run as installed (the ``test`` extra pins
+their versions): TorchRL's functional estimators, Stable-Baselines3's ``RolloutBuffer`` and rlax's
+estimators under JAX in float64. CleanRL has no package; its PPO loop is written out below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rl_triton
+from conftest import DEVICE, TOLERANCE, assert_rel
+
+# exact in float32: TorchRL forms its discounts (gamma * not_done, an integer tensor) in float32 even for
+# float64 inputs, which with gamma = 0.97 alone moves its float64 GAE by about 4e-8
+GAMMA, LAMBDA = 0.96875, 0.90625
+# (rows, steps): one row, and rows of several episodes each (about 5% terminated, 5% truncated)
+SHAPES = [pytest.param(1, 7, id="1x7"), pytest.param(3, 200, id="3x200")]
+TOL = TOLERANCE[torch.float64]
+
+
+def on_device(function):
+    """``function`` of rl_triton on the test device: the other libraries take CPU tensors, and their
+    results are compared on the CPU."""
+    def moved(value):
+        return value.to(DEVICE) if isinstance(value, torch.Tensor) else value
+
+    def run(*args, **kwargs):
+        result = function(*map(moved, args), **{name: moved(value) for name, value in kwargs.items()})
+        return tuple(part.cpu() for part in result) if isinstance(result, tuple) else result.cpu()
+
+    return run
+
+
+# ----- TorchRL: [*batch, T, 1] tensors, time at -2; `done` = terminated or truncated -----------
+
+
+def _torchrl_inputs(rollout) -> dict[str, torch.Tensor]:
+    """A TorchRL batch of ``rollout``: ``[rows, T, 1]``, ``next_state_value`` at every step.
+
+    ``next_state_value[t]`` is ``V(s_{t+1})``: the next step's value inside an episode, the final
+    observation's value at a truncated step and in the last column, and an arbitrary number at a
+    terminated step (TorchRL multiplies it by ``not terminated``), as a TorchRL collector records it.
+    """
+    values, terminated, truncated = rollout.values, rollout.terminateds.bool(), rollout.truncateds.bool()
+    next_state_value = torch.cat([values[:, 1:], values[:, -1:]], dim=1)
+    window_end = torch.zeros_like(truncated)
+    window_end[:, -1] = True
+    next_state_value = torch.where(truncated | window_end, rollout.bootstrap_values, next_state_value)
+    next_state_value = torch.where(terminated, rollout.next_values, next_state_value)  # never read
+    return {
+        "state_value": values.unsqueeze(-1),
+        "next_state_value": next_state_value.unsqueeze(-1),
+        "reward": rollout.rewards.unsqueeze(-1),
+        "done": (terminated | truncated).unsqueeze(-1),
+        "terminated": terminated.unsqueeze(-1),
+    }
+
+
+def _bootstrap_from_next_state_value(next_state_value: torch.Tensor, done: torch.Tensor,
+                                     terminated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """docs/interop.md's recipe: TorchRL's ``next_state_value`` and flags as ``(truncateds, bootstrap_values)``,
+    in TorchRL's ``[*batch, T, 1]`` layout (time at -2)."""
+    truncated = done & ~terminated
+    takes_bootstrap = truncated.clone()
+    takes_bootstrap[..., -1, :] = True
+    return truncated, torch.where(takes_bootstrap & ~terminated, next_state_value, 0.0)
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+@pytest.mark.parametrize("vectorised", [False, True], ids=["loop", "vec"])
+def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
+    torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
+
+    torchrl = _torchrl_inputs(make_rollout(rows, steps, dtype=torch.float64, device="cpu"))
+    estimate = (torchrl_functional.vec_generalized_advantage_estimate if vectorised
+                else torchrl_functional.generalized_advantage_estimate)
+    expected_advantage, expected_target = estimate(GAMMA, LAMBDA, **torchrl)
+
+    truncated, bootstrap = _bootstrap_from_next_state_value(
+        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    advantage = on_device(rl_triton.compute_gae)(
+        torchrl["reward"], torchrl["state_value"], torchrl["terminated"], truncated, GAMMA, LAMBDA, bootstrap,
+        time_dim=-2)
+    assert advantage.shape == expected_advantage.shape
+    # TorchRL's vectorised GAE sums discounted series by another route: it rounds differently
+    tol = 1e-9 if vectorised else TOL
+    assert_rel(advantage, expected_advantage, tol, "advantage")
+    assert_rel(advantage + torchrl["state_value"], expected_target, tol, "value target")
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+@pytest.mark.parametrize("clips", [(1.0, 1.0), (2.0, 0.5)], ids=["rho1-c1", "rho2-c0.5"])
+def test_torchrl_vtrace(backend, make_rollout, rows, steps, clips):
+    vtrace_advantage_estimate = pytest.importorskip("torchrl.objectives.value.functional").vtrace_advantage_estimate
+
+    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    torchrl = _torchrl_inputs(rollout)
+    rho_bar, c_bar = clips
+    # TorchRL's ratio is exp(log_pi - log_mu): log_pi is the target policy's
+    log_pi, log_mu = rollout.log_pi_target.unsqueeze(-1), rollout.log_pi_behavior.unsqueeze(-1)
+    expected_advantage, expected_vs = vtrace_advantage_estimate(
+        GAMMA, log_pi, log_mu, **torchrl, rho_thresh=rho_bar, c_thresh=c_bar)
+
+    truncated, bootstrap = _bootstrap_from_next_state_value(
+        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    vs, advantage = on_device(rl_triton.compute_vtrace)(
+        log_pi, log_mu, torchrl["state_value"], torchrl["reward"], torchrl["terminated"], truncated, GAMMA, rho_bar,
+        c_bar, bootstrap, time_dim=-2)
+    assert_rel(vs, expected_vs, TOL, "vs")
+    assert_rel(advantage, expected_advantage, TOL, "advantage")
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+@pytest.mark.parametrize("vectorised", [False, True], ids=["loop", "vec"])
+def test_torchrl_lambda_returns(backend, make_rollout, rows, steps, vectorised):
+    torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
+
+    torchrl = _torchrl_inputs(make_rollout(rows, steps, dtype=torch.float64, device="cpu"))
+    estimate = (torchrl_functional.vec_td_lambda_return_estimate if vectorised
+                else torchrl_functional.td_lambda_return_estimate)
+    expected = estimate(GAMMA, LAMBDA, torchrl["next_state_value"], torchrl["reward"], torchrl["done"],
+                        torchrl["terminated"])
+
+    truncated, bootstrap = _bootstrap_from_next_state_value(
+        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    returns = on_device(rl_triton.compute_lambda_returns)(
+        torchrl["reward"], torchrl["next_state_value"], torchrl["terminated"], truncated, GAMMA, LAMBDA, bootstrap,
+        time_dim=-2)
+    assert_rel(returns, expected, 1e-9 if vectorised else TOL, "lambda-returns")
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+def test_torchrl_discounted_returns(backend, make_rollout, rows, steps):
+    torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
+    reward2go, td1_return_estimate = torchrl_functional.reward2go, torchrl_functional.td1_return_estimate
+
+    torchrl = _torchrl_inputs(make_rollout(rows, steps, dtype=torch.float64, device="cpu"))
+    truncated, bootstrap = _bootstrap_from_next_state_value(
+        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    # TD(1): bootstrapped from the next state's value where an episode is cut or goes on past the window
+    expected = td1_return_estimate(GAMMA, torchrl["next_state_value"], torchrl["reward"], torchrl["done"],
+                                   torchrl["terminated"])
+    returns = on_device(rl_triton.compute_discounted_returns)(
+        torchrl["reward"], torchrl["terminated"], truncated, GAMMA, bootstrap, time_dim=-2)
+    assert_rel(returns, expected, TOL, "TD(1) returns")
+    # reward-to-go: rewards only, every episode end a cut
+    expected = reward2go(torchrl["reward"], torchrl["done"], GAMMA)
+    returns = on_device(rl_triton.compute_discounted_returns)(
+        torchrl["reward"], torchrl["done"], gamma=GAMMA, time_dim=-2)
+    assert_rel(returns, expected, TOL, "reward-to-go")
+
+
+# ----- Stable-Baselines3 and CleanRL: [T, num_envs] arrays, flags of the episode's first step -----
+
+
+def _sb3_buffer(rollout, rewards: torch.Tensor, episode_ended: torch.Tensor):
+    """An SB3 ``RolloutBuffer`` holding ``rollout`` (time-major float32 numpy arrays): ``episode_starts[t]``
+    is set where step ``t - 1`` ended an episode, as SB3's ``collect_rollouts`` stores it."""
+    RolloutBuffer = pytest.importorskip("stable_baselines3.common.buffers").RolloutBuffer
+    from gymnasium import spaces
+
+    steps, envs = rollout.seq_len, rollout.batch[0]
+    buffer = RolloutBuffer(steps, spaces.Box(-1.0, 1.0, (1,)), spaces.Discrete(2), device="cpu",
+                           gae_lambda=LAMBDA, gamma=GAMMA, n_envs=envs)
+    buffer.rewards[:] = rewards.t().numpy()
+    buffer.values[:] = rollout.values.t().numpy()
+    buffer.episode_starts[:] = 0.0
+    buffer.episode_starts[1:] = episode_ended[:, :-1].t().numpy()
+    return buffer
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+def test_sb3_rollout_buffer(backend, make_rollout, rows, steps):
+    rollout = make_rollout(rows, steps, dtype=torch.float32, device="cpu")
+    terminated, truncated = rollout.terminateds.bool(), rollout.truncateds.bool()
+    # SB3 adds gamma * V(final observation) to the reward of a truncated step, then treats it as an end
+    folded_rewards = rollout.rewards + GAMMA * torch.where(truncated, rollout.bootstrap_values, 0.0)
+    buffer = _sb3_buffer(rollout, folded_rewards, terminated | truncated)
+    dones = (terminated | truncated)[:, -1].numpy()
+    last_values = rollout.last_value[:, None]  # V(s_T) as SB3's policy returns it; ignored where an episode ended
+    buffer.compute_returns_and_advantage(last_values, dones)
+
+    # the recipe: SB3's own arrays, read in place as [T, num_envs] (time_dim=0)
+    rewards, values = torch.from_numpy(buffer.rewards), torch.from_numpy(buffer.values)
+    episode_starts = torch.from_numpy(buffer.episode_starts)
+    ended = torch.cat([episode_starts[1:], torch.as_tensor(dones, dtype=torch.float32)[None]])
+    advantages = on_device(rl_triton.compute_gae)(
+        rewards, values, ended, gamma=buffer.gamma, lambda_=buffer.gae_lambda, last_value=last_values.flatten(),
+        time_dim=0)
+    assert_rel(advantages, torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages")
+    assert_rel(advantages + values, torch.from_numpy(buffer.returns), TOLERANCE[torch.float32], "returns")
+
+    # the same advantages from the raw rewards, with the truncations as rl_triton takes them
+    native = on_device(rl_triton.compute_gae)(
+        rollout.rewards, rollout.values, terminated, truncated, GAMMA, LAMBDA, rollout.bootstrap_values)
+    assert_rel(native.t(), torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages, unfolded")
+
+
+def _cleanrl_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
+                 next_done: torch.Tensor) -> torch.Tensor:
+    """CleanRL's PPO advantage loop over ``[T, num_envs]`` buffers: ``dones[t]`` is the done flag that came
+    with observation ``t`` (the previous step ended an episode), ``next_done`` the flag after the window."""
+    steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last_gae = 0.0
+    for t in reversed(range(steps)):
+        if t == steps - 1:
+            next_non_terminal, next_values = 1.0 - next_done, next_value
+        else:
+            next_non_terminal, next_values = 1.0 - dones[t + 1], values[t + 1]
+        delta = rewards[t] + GAMMA * next_values * next_non_terminal - values[t]
+        advantages[t] = last_gae = delta + GAMMA * LAMBDA * next_non_terminal * last_gae
+    return advantages
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+def test_cleanrl_ppo_loop(backend, make_rollout, rows, steps):
+    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    ended = (rollout.terminateds.bool() | rollout.truncateds.bool()).t().double()  # CleanRL: truncation = end
+    rewards, values = rollout.rewards.t().contiguous(), rollout.values.t().contiguous()
+    dones = torch.cat([torch.zeros_like(ended[:1]), ended[:-1]])
+    next_done, next_value = ended[-1], rollout.last_value
+    expected = _cleanrl_gae(rewards, values, dones, next_value, next_done)
+
+    terminateds = torch.cat([dones[1:], next_done[None]])
+    advantages = on_device(rl_triton.compute_gae)(
+        rewards, values, terminateds, gamma=GAMMA, lambda_=LAMBDA, last_value=next_value, time_dim=0)
+    assert_rel(advantages, expected, TOL, "advantages")
+
+
+# ----- rlax: one trajectory per call, time-major, discount_t = gamma * (1 - terminated) ----------
+
+
+@pytest.fixture
+def jax_float64():
+    """rlax under JAX with float64 arrays (JAX's default is float32)."""
+    jax = pytest.importorskip("jax")
+    # a context manager (JAX's State object); older JAX had it in jax.experimental
+    enable_x64 = jax.enable_x64 if hasattr(jax, "enable_x64") else jax.experimental.enable_x64
+    with enable_x64(True):
+        yield jax
+
+
+def _rlax_rows(jax, function, *arrays, **scalars):
+    """``function`` of rlax over each row of ``[rows, T]`` tensors, as a float64 tensor."""
+    import jax.numpy as jnp
+
+    def one_row(*row):
+        return function(*row, **scalars)
+
+    result = jax.vmap(one_row)(*(jnp.asarray(array.numpy()) for array in arrays))
+    if isinstance(result, tuple):
+        return tuple(torch.from_numpy(np.array(part)) for part in result)
+    return torch.from_numpy(np.array(result))
+
+
+def _terminations_only(rollout):
+    """rlax has one discount per step, which both drops the bootstrap and cuts the trace: it expresses
+    terminations, not truncations. ``v_t[t] = V(s_{t+1})``, ``V(s_T)`` in the last column."""
+    terminated = rollout.terminateds.bool()
+    discount = GAMMA * (~terminated).double()
+    next_values = torch.cat([rollout.values[:, 1:], rollout.last_value[:, None]], dim=1)
+    return terminated, discount, next_values
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+@pytest.mark.parametrize("rho_bar", [1.0, 2.0], ids=["rho1", "rho2"])
+def test_rlax_vtrace(backend, make_rollout, jax_float64, rows, steps, rho_bar):
+    rlax = pytest.importorskip("rlax")
+
+    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    terminated, discount, next_values = _terminations_only(rollout)
+    ratios = torch.exp(rollout.log_pi_target - rollout.log_pi_behavior)
+    errors, pg_advantages, _ = _rlax_rows(
+        jax_float64, rlax.vtrace_td_error_and_advantage, rollout.values, next_values, rollout.rewards, discount,
+        ratios, clip_rho_threshold=rho_bar, clip_pg_rho_threshold=rho_bar)
+
+    # rlax clips the traces' ratios at 1 and takes one clip for the TD errors and the advantages
+    vs, advantages = on_device(rl_triton.compute_vtrace)(
+        rollout.log_pi_target, rollout.log_pi_behavior, rollout.values, rollout.rewards, terminated, gamma=GAMMA,
+        rho_bar=rho_bar, c_bar=1.0, last_value=rollout.last_value)
+    assert_rel(vs - rollout.values, errors, TOL, "vs - V")
+    assert_rel(advantages, pg_advantages, TOL, "advantages")
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+def test_rlax_returns_and_gae(backend, make_rollout, jax_float64, rows, steps):
+    rlax = pytest.importorskip("rlax")
+
+    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    terminated, discount, next_values = _terminations_only(rollout)
+    # lambda-returns bootstrap from v_t[-1] after the window: rl_triton's bootstrap_values' last column
+    window_end = torch.zeros_like(rollout.values)
+    window_end[:, -1] = rollout.last_value
+
+    expected = _rlax_rows(jax_float64, rlax.lambda_returns, rollout.rewards, discount, next_values, lambda_=LAMBDA)
+    returns = on_device(rl_triton.compute_lambda_returns)(
+        rollout.rewards, next_values, terminated, gamma=GAMMA, lambda_=LAMBDA, bootstrap_values=window_end)
+    assert_rel(returns, expected, TOL, "lambda-returns")
+
+    expected = _rlax_rows(jax_float64, rlax.discounted_returns, rollout.rewards, discount, next_values)
+    returns = on_device(rl_triton.compute_discounted_returns)(
+        rollout.rewards, terminated, gamma=GAMMA, bootstrap_values=window_end)
+    assert_rel(returns, expected, TOL, "discounted returns")
+
+    # truncated GAE takes the T + 1 values V(s_0) ... V(s_T)
+    values_and_last = torch.cat([rollout.values, rollout.last_value[:, None]], dim=1)
+    def truncated_gae(r_t, discount_t, values):
+        return rlax.truncated_generalized_advantage_estimation(r_t, discount_t, LAMBDA, values)
+
+    expected = _rlax_rows(jax_float64, truncated_gae, rollout.rewards, discount, values_and_last)
+    advantages = on_device(rl_triton.compute_gae)(
+        rollout.rewards, rollout.values, terminated, gamma=GAMMA, lambda_=LAMBDA, last_value=rollout.last_value)
+    assert_rel(advantages, expected, TOL, "GAE")
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
+def test_rlax_retrace_with_a_state_independent_target_policy(backend, make_rollout, jax_float64, rows, steps):
+    """rlax's Retrace (c_bar = 1, no advantages) through the trace-index, clipping and discount conventions.
+
+    rlax takes the expectation over next-state actions under pi(. | s_{t+1}); rl_triton's
+    ``action_probs_target[t]`` is pi(. | s_t) for the ratio and also the distribution of that
+    expectation (docs/conventions.md, "Retrace"). The two agree where pi is the same in every state,
+    as here; docs/interop.md says what differs otherwise.
+    """
+    rlax = pytest.importorskip("rlax")
+
+    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu", num_actions=5)
+    terminated, discount, _ = _terminations_only(rollout)
+    generator = torch.Generator().manual_seed(rows * 1000 + steps)
+    policy = torch.softmax(torch.randn(5, generator=generator, dtype=torch.float64), 0)
+    probs_target = policy.expand(rows, steps, 5)
+    q_all = torch.randn(rows, steps + 1, 5, generator=generator, dtype=torch.float64)  # Q(s_0 ...s_T, .)
+    actions = torch.randint(0, 5, (rows, steps + 1), generator=generator)  # a_0 ... a_T
+    behaviour = torch.rand(rows, steps + 1, generator=generator, dtype=torch.float64) * 0.9 + 0.05
+
+    # rlax's step t holds Q(s_t, .) and a_t, then Q(s_{t+1}, .), a_{t+1}, pi(. | s_{t+1}) and mu(a_{t+1} | s_{t+1})
+    errors = _rlax_rows(jax_float64, rlax.retrace, q_all[:, :-1], q_all[:, 1:], actions[:, :-1], actions[:, 1:],
+                        rollout.rewards, discount, probs_target, behaviour[:, 1:], lambda_=LAMBDA, eps=0.0)
+
+    q_values = q_all[:, :-1].gather(-1, actions[:, :-1, None]).squeeze(-1)
+    targets, _ = on_device(rl_triton.compute_retrace)(
+        probs_target, behaviour[:, :-1], q_values, q_all[:, 1:], actions[:, :-1], rollout.rewards, terminated,
+        torch.zeros_like(terminated), GAMMA, LAMBDA, c_bar=1.0)
+    assert_rel(targets - q_values, errors, TOL, "Retrace targets - Q")
