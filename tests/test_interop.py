@@ -95,6 +95,43 @@ def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
 
 
 @pytest.mark.parametrize("rows, steps", SHAPES)
+def test_torchrl_gae_module(backend, gen, rows, steps):
+    """TorchRL's ``GAE`` module on a TensorDict laid out as its collectors write one: the final observation
+    of an episode in ``("next", "observation")``, the next episode's first in the following step's
+    ``"observation"``."""
+    pytest.importorskip("torchrl")
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+    from torchrl.objectives.value import GAE
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    draw = torch.rand(rows, steps, 1, generator=gen)
+    terminated, truncated = draw < 0.05, (draw >= 0.05) & (draw < 0.1)
+    observation = normal(rows, steps + 1, 4)
+    next_observation = torch.where(terminated | truncated, normal(rows, steps, 4), observation[:, 1:])
+    batch = TensorDict({
+        "observation": observation[:, :-1],
+        "next": {"observation": next_observation, "reward": normal(rows, steps, 1), "done": terminated | truncated,
+                 "terminated": terminated, "truncated": truncated},
+    }, batch_size=[rows, steps])
+    linear = torch.nn.Linear(4, 1, dtype=torch.float64)
+    value_network = TensorDictModule(linear, in_keys=["observation"], out_keys=["state_value"])
+    with torch.no_grad():
+        batch = GAE(gamma=GAMMA, lmbda=LAMBDA, value_network=value_network)(batch)
+
+    truncated, bootstrap = _bootstrap_from_next_state_value(
+        batch["next", "state_value"], batch["next", "done"], batch["next", "terminated"])
+    advantage = on_device(rl_triton.compute_gae)(
+        batch["next", "reward"], batch["state_value"], batch["next", "terminated"], truncated, GAMMA, LAMBDA,
+        bootstrap, time_dim=-2)
+    # the module's default is TorchRL's vectorised GAE
+    assert_rel(advantage, batch["advantage"], 1e-9, "advantage")
+    assert_rel(advantage + batch["state_value"], batch["value_target"], 1e-9, "value target")
+
+
+@pytest.mark.parametrize("rows, steps", SHAPES)
 @pytest.mark.parametrize("clips", [(1.0, 1.0), (2.0, 0.5)], ids=["rho1-c1", "rho2-c0.5"])
 def test_torchrl_vtrace(backend, make_rollout, rows, steps, clips):
     vtrace_advantage_estimate = pytest.importorskip("torchrl.objectives.value.functional").vtrace_advantage_estimate
