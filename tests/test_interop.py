@@ -72,6 +72,10 @@ def _bootstrap_from_next_state_value(next_state_value: torch.Tensor, done: torch
     return truncated, torch.where(takes_bootstrap & ~terminated, next_state_value, 0.0)
 
 
+def _converted(torchrl: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _bootstrap_from_next_state_value(torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+
+
 @pytest.mark.parametrize("rows, steps", SHAPES)
 @pytest.mark.parametrize("vectorised", [False, True], ids=["loop", "vec"])
 def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
@@ -82,8 +86,7 @@ def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
                 else torchrl_functional.generalized_advantage_estimate)
     expected_advantage, expected_target = estimate(GAMMA, LAMBDA, **torchrl)
 
-    truncated, bootstrap = _bootstrap_from_next_state_value(
-        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    truncated, bootstrap = _converted(torchrl)
     advantage = on_device(rl_triton.compute_gae)(
         torchrl["reward"], torchrl["state_value"], torchrl["terminated"], truncated, GAMMA, LAMBDA, bootstrap,
         time_dim=-2)
@@ -144,8 +147,7 @@ def test_torchrl_vtrace(backend, make_rollout, rows, steps, clips):
     expected_advantage, expected_vs = vtrace_advantage_estimate(
         GAMMA, log_pi, log_mu, **torchrl, rho_thresh=rho_bar, c_thresh=c_bar)
 
-    truncated, bootstrap = _bootstrap_from_next_state_value(
-        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    truncated, bootstrap = _converted(torchrl)
     vs, advantage = on_device(rl_triton.compute_vtrace)(
         log_pi, log_mu, torchrl["state_value"], torchrl["reward"], torchrl["terminated"], truncated, GAMMA, rho_bar,
         c_bar, bootstrap, time_dim=-2)
@@ -164,8 +166,7 @@ def test_torchrl_lambda_returns(backend, make_rollout, rows, steps, vectorised):
     expected = estimate(GAMMA, LAMBDA, torchrl["next_state_value"], torchrl["reward"], torchrl["done"],
                         torchrl["terminated"])
 
-    truncated, bootstrap = _bootstrap_from_next_state_value(
-        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    truncated, bootstrap = _converted(torchrl)
     returns = on_device(rl_triton.compute_lambda_returns)(
         torchrl["reward"], torchrl["next_state_value"], torchrl["terminated"], truncated, GAMMA, LAMBDA, bootstrap,
         time_dim=-2)
@@ -178,8 +179,7 @@ def test_torchrl_discounted_returns(backend, make_rollout, rows, steps):
     reward2go, td1_return_estimate = torchrl_functional.reward2go, torchrl_functional.td1_return_estimate
 
     torchrl = _torchrl_inputs(make_rollout(rows, steps, dtype=torch.float64, device="cpu"))
-    truncated, bootstrap = _bootstrap_from_next_state_value(
-        torchrl["next_state_value"], torchrl["done"], torchrl["terminated"])
+    truncated, bootstrap = _converted(torchrl)
     # TD(1): bootstrapped from the next state's value where an episode is cut or goes on past the window
     expected = td1_return_estimate(GAMMA, torchrl["next_state_value"], torchrl["reward"], torchrl["done"],
                                    torchrl["terminated"])
