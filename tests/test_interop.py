@@ -271,6 +271,41 @@ def test_cleanrl_ppo_loop(backend, make_rollout, rows, steps):
     assert_rel(advantages, expected, TOL, "advantages")
 
 
+# ----- LLM post-training (verl, TRL): token-level GAE over right-padded responses -------------------
+
+
+def _masked_token_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
+                      gamma: float, lam: float) -> torch.Tensor:
+    """verl's ``compute_gae_advantage_return`` loop (before its whitening), written out: ``[batch,
+    response_length]``, steps where ``response_mask`` is 0 pass the next value and the advantage through."""
+    next_value = torch.zeros_like(values[:, 0])
+    advantage = torch.zeros_like(values[:, 0])
+    advantages = torch.empty_like(values)
+    for t in reversed(range(values.shape[1])):
+        delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+        mask = response_mask[:, t]
+        next_value = values[:, t] * mask + (1 - mask) * next_value
+        advantage = (delta + gamma * lam * advantage) * mask + (1 - mask) * advantage
+        advantages[:, t] = advantage
+    return advantages
+
+
+@pytest.mark.parametrize("rows, steps", [pytest.param(4, 300, id="4x300"), pytest.param(1, 5, id="1x5")])
+def test_token_level_gae_over_right_padded_responses(backend, gen, rows, steps):
+    lengths = torch.randint(1, steps + 1, (rows,), generator=gen)
+    lengths[0] = steps  # one response fills the window
+    response_mask = (torch.arange(steps) < lengths[:, None]).double()
+    # a reward at every token (a KL penalty) plus the score at the last one; values everywhere, padding too
+    token_level_rewards = torch.randn(rows, steps, generator=gen, dtype=torch.float64) * response_mask
+    values = torch.randn(rows, steps, generator=gen, dtype=torch.float64)
+    expected = _masked_token_gae(token_level_rewards, values, response_mask, 1.0, 0.95)
+
+    # the recipe: each response ends at its last token (where the mask falls from 1 to 0, or at the window end)
+    ends = torch.diff(response_mask, dim=-1, append=torch.zeros_like(response_mask[:, :1])) < 0
+    advantages = on_device(rl_triton.compute_gae)(token_level_rewards, values, ends, gamma=1.0, lambda_=0.95)
+    assert_rel(advantages * response_mask, expected * response_mask, TOL, "advantages on response tokens")
+
+
 # ----- rlax: one trajectory per call, time-major, discount_t = gamma * (1 - terminated) ----------
 
 
