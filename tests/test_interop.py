@@ -4,7 +4,8 @@ Each test fills another library's inputs from one rollout, in that library's own
 conventions, runs the library, and checks that the rl_triton call written in docs/interop.md
 returns the same values, on both backends. The libraries run as installed (the ``test`` extra pins
 their versions): TorchRL's functional estimators, Stable-Baselines3's ``RolloutBuffer`` and rlax's
-estimators under JAX in float64. CleanRL has no package; its PPO loop is written out below.
+estimators under JAX in float64. CleanRL has no package and verl is not installed beside these (it pins
+older ``tensordict`` and ``transformers``): their loops are written out below.
 """
 
 from __future__ import annotations
