@@ -99,6 +99,28 @@ def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
     assert_rel(advantage + torchrl["state_value"], expected_target, tol, "value target")
 
 
+def test_torchrl_gae_rounds_its_discounts_to_float32(backend, make_rollout):
+    """docs/interop.md: with float64 inputs TorchRL's GAE uses gamma and gamma * lambda rounded to float32."""
+    torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
+    torchrl = _torchrl_inputs(make_rollout(3, 200, dtype=torch.float64, device="cpu"))
+    gamma, lambda_ = 0.97, 0.9
+    expected, _ = torchrl_functional.generalized_advantage_estimate(gamma, lambda_, **torchrl)
+    truncated, bootstrap = _converted(torchrl)
+    advantage = on_device(rl_triton.compute_gae)(
+        torchrl["reward"], torchrl["state_value"], torchrl["terminated"], truncated, gamma, lambda_, bootstrap,
+        time_dim=-2)
+    assert 1e-8 < rel_err(advantage, expected) < 1e-6
+
+    def float32(value: float) -> float:
+        return torch.tensor(value, dtype=torch.float32).item()
+
+    rounded_gamma = float32(gamma)
+    advantage = on_device(rl_triton.compute_gae)(
+        torchrl["reward"], torchrl["state_value"], torchrl["terminated"], truncated, rounded_gamma,
+        float32(gamma * lambda_) / rounded_gamma, bootstrap, time_dim=-2)
+    assert_rel(advantage, expected, TOL, "advantage with TorchRL's rounded discounts")
+
+
 def test_torchrl_vectorised_gae_drops_small_terms_of_long_episodes(backend, gen):
     """docs/interop.md's figure: over one 1000-step episode TorchRL's vectorised GAE is about 1e-7 off its loop,
     where rl_triton matches the loop."""
