@@ -4,8 +4,9 @@ Each test fills another library's inputs from one rollout, in that library's own
 conventions, runs the library, and checks that the rl_triton call written in docs/interop.md
 returns the same values, on both backends. The libraries run as installed (the ``test`` extra pins
 their versions): TorchRL's functional estimators, Stable-Baselines3's ``RolloutBuffer`` and rlax's
-estimators under JAX in float64. CleanRL has no package and verl is not installed beside these (it pins
-older ``tensordict`` and ``transformers``): their loops are written out below.
+estimators under JAX in float64. CleanRL's advantage loop lives inside its training scripts, and verl cannot
+be installed beside these (it asks for older ``tensordict`` and ``transformers``): both loops are written out
+below.
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ def on_device(function):
         return tuple(part.cpu() for part in result) if isinstance(result, tuple) else result.cpu()
 
     return run
+
+
+def _rollout(make_rollout, rows: int, steps: int, dtype: torch.dtype = torch.float64, **kwargs):
+    """A CPU rollout whose first row terminates at step 1 and is truncated at step 3, so that even 7-step
+    cases cross both kinds of episode end (random flags at 5% may leave them none)."""
+    rollout = make_rollout(rows, steps, dtype=dtype, device="cpu", **kwargs)
+    for name, step, other in (("terminateds", 1, "truncateds"), ("truncateds", 3, "terminateds")):
+        getattr(rollout, name)[0, step] = 1
+        getattr(rollout, other)[0, step] = 0
+        rollout.dones[0, step] = 1
+    rollout.bootstrap_values[0, 1] = 0.0
+    rollout.bootstrap_values[0, 3] = rollout.next_values[0, 3]  # V of the truncated episode's final observation
+    return rollout
 
 
 # ----- TorchRL: [*batch, T, 1] tensors, time at -2; `done` = terminated or truncated -----------
@@ -82,7 +96,7 @@ def _converted(torchrl: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Te
 def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
     torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
 
-    torchrl = _torchrl_inputs(make_rollout(rows, steps, dtype=torch.float64, device="cpu"))
+    torchrl = _torchrl_inputs(_rollout(make_rollout, rows, steps))
     estimate = (torchrl_functional.vec_generalized_advantage_estimate if vectorised
                 else torchrl_functional.generalized_advantage_estimate)
     expected_advantage, expected_target = estimate(GAMMA, LAMBDA, **torchrl)
@@ -102,7 +116,7 @@ def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
 def test_torchrl_gae_rounds_its_discounts_to_float32(backend, make_rollout):
     """docs/interop.md: with float64 inputs TorchRL's GAE uses gamma and gamma * lambda rounded to float32."""
     torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
-    torchrl = _torchrl_inputs(make_rollout(3, 200, dtype=torch.float64, device="cpu"))
+    torchrl = _torchrl_inputs(_rollout(make_rollout, 3, 200))
     gamma, lambda_ = 0.97, 0.9
     expected, _ = torchrl_functional.generalized_advantage_estimate(gamma, lambda_, **torchrl)
     truncated, bootstrap = _converted(torchrl)
@@ -141,7 +155,8 @@ def test_torchrl_vectorised_gae_drops_small_terms_of_long_episodes(backend, gen)
 
 
 @pytest.mark.parametrize("rows, steps", SHAPES)
-def test_torchrl_gae_module(backend, gen, rows, steps):
+@pytest.mark.parametrize("vectorized", [None, True], ids=["default", "vectorized"])
+def test_torchrl_gae_module(backend, gen, rows, steps, vectorized):
     """TorchRL's ``GAE`` module on a TensorDict laid out as its collectors write one: the final observation
     of an episode in ``("next", "observation")``, the next episode's first in the following step's
     ``"observation"``."""
@@ -165,16 +180,17 @@ def test_torchrl_gae_module(backend, gen, rows, steps):
     linear = torch.nn.Linear(4, 1, dtype=torch.float64)
     value_network = TensorDictModule(linear, in_keys=["observation"], out_keys=["state_value"])
     with torch.no_grad():
-        batch = GAE(gamma=GAMMA, lmbda=LAMBDA, value_network=value_network)(batch)
+        batch = GAE(gamma=GAMMA, lmbda=LAMBDA, value_network=value_network, vectorized=vectorized)(batch)
 
     truncated, bootstrap = _bootstrap_from_next_state_value(
         batch["next", "state_value"], batch["next", "done"], batch["next", "terminated"])
     advantage = on_device(rl_triton.compute_gae)(
         batch["next", "reward"], batch["state_value"], batch["next", "terminated"], truncated, GAMMA, LAMBDA,
         bootstrap, time_dim=-2)
-    # the module's default is TorchRL's vectorised GAE (see test_torchrl_gae)
-    assert_rel(advantage, batch["advantage"], 1e-9, "advantage")
-    assert_rel(advantage + batch["state_value"], batch["value_target"], 1e-9, "value target")
+    # by default the module runs TorchRL's GAE loop; vectorized=True its vectorised GAE (see test_torchrl_gae)
+    tol = 1e-9 if vectorized else TOL
+    assert_rel(advantage, batch["advantage"], tol, "advantage")
+    assert_rel(advantage + batch["state_value"], batch["value_target"], tol, "value target")
 
 
 @pytest.mark.parametrize("rows, steps", SHAPES)
@@ -182,7 +198,7 @@ def test_torchrl_gae_module(backend, gen, rows, steps):
 def test_torchrl_vtrace(backend, make_rollout, rows, steps, clips):
     vtrace_advantage_estimate = pytest.importorskip("torchrl.objectives.value.functional").vtrace_advantage_estimate
 
-    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    rollout = _rollout(make_rollout, rows, steps)
     torchrl = _torchrl_inputs(rollout)
     rho_bar, c_bar = clips
     # TorchRL's ratio is exp(log_pi - log_mu): log_pi is the target policy's
@@ -203,7 +219,7 @@ def test_torchrl_vtrace(backend, make_rollout, rows, steps, clips):
 def test_torchrl_lambda_returns(backend, make_rollout, rows, steps, vectorised):
     torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
 
-    torchrl = _torchrl_inputs(make_rollout(rows, steps, dtype=torch.float64, device="cpu"))
+    torchrl = _torchrl_inputs(_rollout(make_rollout, rows, steps))
     estimate = (torchrl_functional.vec_td_lambda_return_estimate if vectorised
                 else torchrl_functional.td_lambda_return_estimate)
     expected = estimate(GAMMA, LAMBDA, torchrl["next_state_value"], torchrl["reward"], torchrl["done"],
@@ -221,7 +237,7 @@ def test_torchrl_discounted_returns(backend, make_rollout, rows, steps):
     torchrl_functional = pytest.importorskip("torchrl.objectives.value.functional")
     reward2go, td1_return_estimate = torchrl_functional.reward2go, torchrl_functional.td1_return_estimate
 
-    torchrl = _torchrl_inputs(make_rollout(rows, steps, dtype=torch.float64, device="cpu"))
+    torchrl = _torchrl_inputs(_rollout(make_rollout, rows, steps))
     truncated, bootstrap = _converted(torchrl)
     # TD(1): bootstrapped from the next state's value where an episode is cut or goes on past the window
     expected = td1_return_estimate(GAMMA, torchrl["next_state_value"], torchrl["reward"], torchrl["done"],
@@ -257,8 +273,13 @@ def _sb3_buffer(rollout, rewards: torch.Tensor, episode_ended: torch.Tensor):
 
 @pytest.mark.parametrize("rows, steps", SHAPES)
 def test_sb3_rollout_buffer(backend, make_rollout, rows, steps):
-    rollout = make_rollout(rows, steps, dtype=torch.float32, device="cpu")
+    rollout = _rollout(make_rollout, rows, steps, torch.float32)
     terminated, truncated = rollout.terminateds.bool(), rollout.truncateds.bool()
+    # episodes that end at the last step, where SB3 reads the `dones` it is given: truncated in the first row,
+    # terminated in the second
+    terminated[:, -1], truncated[:, -1] = False, False
+    truncated[0, -1] = True
+    terminated[1:2, -1] = True
     # SB3 adds gamma * V(final observation) to the reward of a truncated step, then treats it as an end
     folded_rewards = rollout.rewards + GAMMA * torch.where(truncated, rollout.bootstrap_values, 0.0)
     buffer = _sb3_buffer(rollout, folded_rewards, terminated | truncated)
@@ -276,10 +297,13 @@ def test_sb3_rollout_buffer(backend, make_rollout, rows, steps):
     assert_rel(advantages, torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages")
     assert_rel(advantages + values, torch.from_numpy(buffer.returns), TOLERANCE[torch.float32], "returns")
 
-    # the same advantages from the raw rewards, with the truncations as rl_triton takes them
+    # the same advantages from the environment's rewards, with the truncations as rl_triton takes them, in SB3's
+    # [T, num_envs] layout
+    rewards, terminateds, truncateds, bootstrap_values = (
+        tensor.t() for tensor in (rollout.rewards, terminated, truncated, rollout.bootstrap_values))
     native = on_device(rl_triton.compute_gae)(
-        rollout.rewards, rollout.values, terminated, truncated, GAMMA, LAMBDA, rollout.bootstrap_values)
-    assert_rel(native.t(), torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages, unfolded")
+        rewards, values, terminateds, truncateds, GAMMA, LAMBDA, bootstrap_values, time_dim=0)
+    assert_rel(native, torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages, unfolded")
 
 
 def _cleanrl_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
@@ -301,7 +325,7 @@ def _cleanrl_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tenso
 
 @pytest.mark.parametrize("rows, steps", SHAPES)
 def test_cleanrl_ppo_loop(backend, make_rollout, rows, steps):
-    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    rollout = _rollout(make_rollout, rows, steps)
     ended = (rollout.terminateds.bool() | rollout.truncateds.bool()).t().double()  # CleanRL: truncation = end
     rewards, values = rollout.rewards.t().contiguous(), rollout.values.t().contiguous()
     dones = torch.cat([torch.zeros_like(ended[:1]), ended[:-1]])
@@ -333,20 +357,23 @@ def _masked_token_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, r
     return advantages
 
 
-@pytest.mark.parametrize("rows, steps", [pytest.param(4, 300, id="4x300"), pytest.param(1, 5, id="1x5")])
-def test_token_level_gae_over_right_padded_responses(backend, gen, rows, steps):
-    lengths = torch.randint(1, steps + 1, (rows,), generator=gen)
-    lengths[0] = steps  # one response fills the window
-    response_mask = (torch.arange(steps) < lengths[:, None]).double()
+@pytest.mark.parametrize("rows, steps", [pytest.param(4, 300, id="4x300"), pytest.param(2, 5, id="2x5")])
+@pytest.mark.parametrize("mask_dtype", [torch.int64, torch.bool, torch.float64], ids=["int64", "bool", "f64"])
+def test_token_level_gae_over_right_padded_responses(backend, gen, rows, steps, mask_dtype):
+    lengths = torch.randint(1, steps, (rows,), generator=gen)
+    lengths[0] = steps  # one response fills the window, the others are padded
+    response_mask = (torch.arange(steps) < lengths[:, None]).to(mask_dtype)
     # a reward at every token (a KL penalty) plus the score at the last one; values everywhere, padding too
     token_level_rewards = torch.randn(rows, steps, generator=gen, dtype=torch.float64) * response_mask
     values = torch.randn(rows, steps, generator=gen, dtype=torch.float64)
-    expected = _masked_token_gae(token_level_rewards, values, response_mask, 1.0, 0.95)
+    expected = _masked_token_gae(token_level_rewards, values, response_mask.double(), 1.0, 0.95)
 
-    # the recipe: each response ends at its last token (where the mask falls from 1 to 0, or at the window end)
-    ends = torch.diff(response_mask, dim=-1, append=torch.zeros_like(response_mask[:, :1])) < 0
+    # the recipe: each response ends at its last token, followed by padding or by the window's end
+    next_mask = torch.nn.functional.pad(response_mask[:, 1:], (0, 1))
+    ends = (response_mask != 0) & (next_mask == 0)
     advantages = on_device(rl_triton.compute_gae)(token_level_rewards, values, ends, gamma=1.0, lambda_=0.95)
-    assert_rel(advantages * response_mask, expected * response_mask, TOL, "advantages on response tokens")
+    on_response = response_mask != 0
+    assert_rel(advantages[on_response], expected[on_response], TOL, "advantages on response tokens")
 
 
 # ----- rlax: one trajectory per call, time-major, discount_t = gamma * (1 - terminated) ----------
@@ -389,7 +416,7 @@ def _terminations_only(rollout):
 def test_rlax_vtrace(backend, make_rollout, jax_float64, rows, steps, rho_bar):
     rlax = pytest.importorskip("rlax")
 
-    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    rollout = _rollout(make_rollout, rows, steps)
     terminated, discount, next_values = _terminations_only(rollout)
     ratios = torch.exp(rollout.log_pi_target - rollout.log_pi_behavior)
     errors, pg_advantages, _ = _rlax_rows(
@@ -408,7 +435,7 @@ def test_rlax_vtrace(backend, make_rollout, jax_float64, rows, steps, rho_bar):
 def test_rlax_returns_and_gae(backend, make_rollout, jax_float64, rows, steps):
     rlax = pytest.importorskip("rlax")
 
-    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu")
+    rollout = _rollout(make_rollout, rows, steps)
     terminated, discount, next_values = _terminations_only(rollout)
     # lambda-returns bootstrap from v_t[-1] after the window: rl_triton's bootstrap_values' last column
     window_end = torch.zeros_like(rollout.values)
@@ -446,7 +473,7 @@ def test_rlax_retrace_with_a_state_independent_target_policy(backend, make_rollo
     """
     rlax = pytest.importorskip("rlax")
 
-    rollout = make_rollout(rows, steps, dtype=torch.float64, device="cpu", num_actions=5)
+    rollout = _rollout(make_rollout, rows, steps, num_actions=5)
     terminated, discount, _ = _terminations_only(rollout)
     generator = torch.Generator().manual_seed(rows * 1000 + steps)
     policy = torch.softmax(torch.randn(5, generator=generator, dtype=torch.float64), 0)
