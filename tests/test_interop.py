@@ -11,6 +11,9 @@ below.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -304,6 +307,45 @@ def test_sb3_rollout_buffer(backend, make_rollout, rows, steps):
     native = on_device(rl_triton.compute_gae)(
         rewards, values, terminateds, truncateds, GAMMA, LAMBDA, bootstrap_values, time_dim=0)
     assert_rel(native, torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages, unfolded")
+
+
+def _documented_sb3_buffer() -> type:
+    """The buffer class that docs/interop.md shows, defined by running its code block."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "interop.md").read_text()
+    block = next(block for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+                 if "class RLTritonRolloutBuffer" in block)
+    namespace: dict = {}
+    exec(compile(block, "docs/interop.md", "exec"), namespace)  # noqa: S102 - the page's own example
+    return namespace["RLTritonRolloutBuffer"]
+
+
+def test_sb3_ppo_with_the_documented_buffer(backend):
+    pytest.importorskip("stable_baselines3")
+    import copy
+
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.buffers import RolloutBuffer
+    from stable_baselines3.common.env_util import make_vec_env
+
+    rollouts = []
+
+    class CheckedBuffer(_documented_sb3_buffer()):
+        def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
+            sb3 = copy.deepcopy(self)
+            RolloutBuffer.compute_returns_and_advantage(sb3, last_values, dones)
+            super().compute_returns_and_advantage(last_values, dones)
+            rollouts.append((sb3.episode_starts.sum(), self.advantages.copy(), sb3.advantages, self.returns,
+                             sb3.returns))
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=1, rollout_buffer_class=CheckedBuffer,
+                device=DEVICE, seed=0)
+    model.learn(total_timesteps=256)
+    assert len(rollouts) == 2
+    assert sum(starts for starts, *_ in rollouts) > 0  # episodes ended inside the rollouts
+    for _, advantages, sb3_advantages, returns, sb3_returns in rollouts:
+        assert_rel(torch.from_numpy(advantages), torch.from_numpy(sb3_advantages), TOLERANCE[torch.float32])
+        assert_rel(torch.from_numpy(returns), torch.from_numpy(sb3_returns), TOLERANCE[torch.float32])
 
 
 def _cleanrl_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
