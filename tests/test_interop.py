@@ -1,12 +1,11 @@
 """The same numbers as the libraries RL code computes these with today, through the recipes of docs/interop.md.
 
-Each test fills another library's inputs from one rollout, in that library's own layout and flag
-conventions, runs the library, and checks that the rl_triton call written in docs/interop.md
-returns the same values, on both backends. The libraries run as installed (the ``test`` extra pins
-their versions): TorchRL's functional estimators, Stable-Baselines3's ``RolloutBuffer`` and rlax's
-estimators under JAX in float64. CleanRL's advantage loop lives inside its training scripts, and verl cannot
-be installed beside these (it asks for older ``tensordict`` and ``transformers``): both loops are written out
-below.
+Each test fills another library's inputs from one rollout, in that library's own layout and flag conventions,
+runs the library, and checks that the rl_triton call written in docs/interop.md returns the same values, on
+both backends. The libraries run as installed (the ``test`` extra pins their versions): TorchRL's functional
+estimators and its ``GAE`` module, Stable-Baselines3's ``RolloutBuffer`` and PPO, and rlax's estimators under
+JAX in float64. CleanRL's advantage loop lives inside its training scripts, and verl cannot be installed
+beside these (it asks for older ``tensordict`` and ``transformers``): both loops are written out below.
 """
 
 from __future__ import annotations
@@ -22,14 +21,14 @@ import rl_triton
 from conftest import DEVICE, TOLERANCE, assert_rel, rel_err
 
 # exact in float32: TorchRL forms its discounts (gamma * not_done, an integer tensor) in float32 even for
-# float64 inputs, which with gamma = 0.97 alone moves its float64 GAE by about 4e-8
+# float64 inputs, which with gamma = 0.97 and lambda = 0.9 moves its float64 GAE by 5e-8 to 1.1e-7 relative
 GAMMA, LAMBDA = 0.96875, 0.90625
 # (rows, steps): one row, and rows of several episodes each (about 5% terminated, 5% truncated)
 SHAPES = [pytest.param(1, 7, id="1x7"), pytest.param(3, 200, id="3x200")]
 TOL = TOLERANCE[torch.float64]
 
 
-def on_device(function):
+def _on_device(function):
     """``function`` of rl_triton on the test device: the other libraries take CPU tensors, and their
     results are compared on the CPU."""
     def moved(value):
@@ -62,15 +61,15 @@ def _torchrl_inputs(rollout) -> dict[str, torch.Tensor]:
     """A TorchRL batch of ``rollout``: ``[rows, T, 1]``, ``next_state_value`` at every step.
 
     ``next_state_value[t]`` is ``V(s_{t+1})``: the next step's value inside an episode, the final
-    observation's value at a truncated step and in the last column, and an arbitrary number at a
-    terminated step (TorchRL multiplies it by ``not terminated``), as a TorchRL collector records it.
+    observation's value at a truncated step and in the last column, and another number at a terminated
+    step (the value of a terminal state, which TorchRL multiplies by ``not terminated``).
     """
     values, terminated, truncated = rollout.values, rollout.terminateds.bool(), rollout.truncateds.bool()
     next_state_value = torch.cat([values[:, 1:], values[:, -1:]], dim=1)
     window_end = torch.zeros_like(truncated)
     window_end[:, -1] = True
     next_state_value = torch.where(truncated | window_end, rollout.bootstrap_values, next_state_value)
-    next_state_value = torch.where(terminated, rollout.next_values, next_state_value)  # never read
+    next_state_value = torch.where(terminated, rollout.next_values, next_state_value)  # counts in neither
     return {
         "state_value": values.unsqueeze(-1),
         "next_state_value": next_state_value.unsqueeze(-1),
@@ -105,12 +104,12 @@ def test_torchrl_gae(backend, make_rollout, rows, steps, vectorised):
     expected_advantage, expected_target = estimate(GAMMA, LAMBDA, **torchrl)
 
     truncated, bootstrap = _converted(torchrl)
-    advantage = on_device(rl_triton.compute_gae)(
+    advantage = _on_device(rl_triton.compute_gae)(
         torchrl["reward"], torchrl["state_value"], torchrl["terminated"], truncated, GAMMA, LAMBDA, bootstrap,
         time_dim=-2)
     assert advantage.shape == expected_advantage.shape
     # TorchRL's vectorised GAE sums each episode's series by a convolution, in another order, and drops terms of
-    # weight (gamma * lambda)^k < 1e-7, past 124 steps here: these episodes are shorter (docs/interop.md)
+    # weight (gamma * lambda)^k < 1e-7, beyond about 124 steps here: these episodes are shorter (docs/interop.md)
     tol = 1e-9 if vectorised else TOL
     assert_rel(advantage, expected_advantage, tol, "advantage")
     assert_rel(advantage + torchrl["state_value"], expected_target, tol, "value target")
@@ -123,7 +122,7 @@ def test_torchrl_gae_rounds_its_discounts_to_float32(backend, make_rollout):
     gamma, lambda_ = 0.97, 0.9
     expected, _ = torchrl_functional.generalized_advantage_estimate(gamma, lambda_, **torchrl)
     truncated, bootstrap = _converted(torchrl)
-    advantage = on_device(rl_triton.compute_gae)(
+    advantage = _on_device(rl_triton.compute_gae)(
         torchrl["reward"], torchrl["state_value"], torchrl["terminated"], truncated, gamma, lambda_, bootstrap,
         time_dim=-2)
     assert 1e-8 < rel_err(advantage, expected) < 1e-6
@@ -132,7 +131,7 @@ def test_torchrl_gae_rounds_its_discounts_to_float32(backend, make_rollout):
         return torch.tensor(value, dtype=torch.float32).item()
 
     rounded_gamma = float32(gamma)
-    advantage = on_device(rl_triton.compute_gae)(
+    advantage = _on_device(rl_triton.compute_gae)(
         torchrl["reward"], torchrl["state_value"], torchrl["terminated"], truncated, rounded_gamma,
         float32(gamma * lambda_) / rounded_gamma, bootstrap, time_dim=-2)
     assert_rel(advantage, expected, TOL, "advantage with TorchRL's rounded discounts")
@@ -151,7 +150,7 @@ def test_torchrl_vectorised_gae_drops_small_terms_of_long_episodes(backend, gen)
         GAMMA, LAMBDA, state_value, next_state_value, reward, never, never)
     bootstrap = torch.zeros_like(next_state_value)
     bootstrap[:, -1] = next_state_value[:, -1]
-    advantage = on_device(rl_triton.compute_gae)(
+    advantage = _on_device(rl_triton.compute_gae)(
         reward, state_value, never, None, GAMMA, LAMBDA, bootstrap, time_dim=-2)
     assert_rel(advantage, loop, TOL, "advantage against the loop")
     assert 3e-8 < rel_err(vectorised, loop) < 3e-7
@@ -172,6 +171,7 @@ def test_torchrl_gae_module(backend, gen, rows, steps, vectorized):
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
     draw = torch.rand(rows, steps, 1, generator=gen)
+    draw[0, 1], draw[0, 3] = 0.0, 0.07  # a termination and a truncation in every case
     terminated, truncated = draw < 0.05, (draw >= 0.05) & (draw < 0.1)
     observation = normal(rows, steps + 1, 4)
     next_observation = torch.where(terminated | truncated, normal(rows, steps, 4), observation[:, 1:])
@@ -187,7 +187,7 @@ def test_torchrl_gae_module(backend, gen, rows, steps, vectorized):
 
     truncated, bootstrap = _bootstrap_from_next_state_value(
         batch["next", "state_value"], batch["next", "done"], batch["next", "terminated"])
-    advantage = on_device(rl_triton.compute_gae)(
+    advantage = _on_device(rl_triton.compute_gae)(
         batch["next", "reward"], batch["state_value"], batch["next", "terminated"], truncated, GAMMA, LAMBDA,
         bootstrap, time_dim=-2)
     # by default the module runs TorchRL's GAE loop; vectorized=True its vectorised GAE (see test_torchrl_gae)
@@ -210,7 +210,7 @@ def test_torchrl_vtrace(backend, make_rollout, rows, steps, clips):
         GAMMA, log_pi, log_mu, **torchrl, rho_thresh=rho_bar, c_thresh=c_bar)
 
     truncated, bootstrap = _converted(torchrl)
-    vs, advantage = on_device(rl_triton.compute_vtrace)(
+    vs, advantage = _on_device(rl_triton.compute_vtrace)(
         log_pi, log_mu, torchrl["state_value"], torchrl["reward"], torchrl["terminated"], truncated, GAMMA, rho_bar,
         c_bar, bootstrap, time_dim=-2)
     assert_rel(vs, expected_vs, TOL, "vs")
@@ -229,7 +229,7 @@ def test_torchrl_lambda_returns(backend, make_rollout, rows, steps, vectorised):
                         torchrl["terminated"])
 
     truncated, bootstrap = _converted(torchrl)
-    returns = on_device(rl_triton.compute_lambda_returns)(
+    returns = _on_device(rl_triton.compute_lambda_returns)(
         torchrl["reward"], torchrl["next_state_value"], torchrl["terminated"], truncated, GAMMA, LAMBDA, bootstrap,
         time_dim=-2)
     assert_rel(returns, expected, 1e-9 if vectorised else TOL, "lambda-returns")
@@ -245,12 +245,12 @@ def test_torchrl_discounted_returns(backend, make_rollout, rows, steps):
     # TD(1): bootstrapped from the next state's value where an episode is cut or goes on past the window
     expected = td1_return_estimate(GAMMA, torchrl["next_state_value"], torchrl["reward"], torchrl["done"],
                                    torchrl["terminated"])
-    returns = on_device(rl_triton.compute_discounted_returns)(
+    returns = _on_device(rl_triton.compute_discounted_returns)(
         torchrl["reward"], torchrl["terminated"], truncated, GAMMA, bootstrap, time_dim=-2)
     assert_rel(returns, expected, TOL, "TD(1) returns")
     # reward-to-go: rewards only, every episode end a cut
     expected = reward2go(torchrl["reward"], torchrl["done"], GAMMA)
-    returns = on_device(rl_triton.compute_discounted_returns)(
+    returns = _on_device(rl_triton.compute_discounted_returns)(
         torchrl["reward"], torchrl["done"], gamma=GAMMA, time_dim=-2)
     assert_rel(returns, expected, TOL, "reward-to-go")
 
@@ -294,7 +294,7 @@ def test_sb3_rollout_buffer(backend, make_rollout, rows, steps):
     rewards, values = torch.from_numpy(buffer.rewards), torch.from_numpy(buffer.values)
     episode_starts = torch.from_numpy(buffer.episode_starts)
     ended = torch.cat([episode_starts[1:], torch.as_tensor(dones, dtype=torch.float32)[None]])
-    advantages = on_device(rl_triton.compute_gae)(
+    advantages = _on_device(rl_triton.compute_gae)(
         rewards, values, ended, gamma=buffer.gamma, lambda_=buffer.gae_lambda, last_value=last_values.flatten(),
         time_dim=0)
     assert_rel(advantages, torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages")
@@ -304,7 +304,7 @@ def test_sb3_rollout_buffer(backend, make_rollout, rows, steps):
     # [T, num_envs] layout
     rewards, terminateds, truncateds, bootstrap_values = (
         tensor.t() for tensor in (rollout.rewards, terminated, truncated, rollout.bootstrap_values))
-    native = on_device(rl_triton.compute_gae)(
+    native = _on_device(rl_triton.compute_gae)(
         rewards, values, terminateds, truncateds, GAMMA, LAMBDA, bootstrap_values, time_dim=0)
     assert_rel(native, torch.from_numpy(buffer.advantages), TOLERANCE[torch.float32], "advantages, unfolded")
 
@@ -375,7 +375,7 @@ def test_cleanrl_ppo_loop(backend, make_rollout, rows, steps):
     expected = _cleanrl_gae(rewards, values, dones, next_value, next_done)
 
     terminateds = torch.cat([dones[1:], next_done[None]])
-    advantages = on_device(rl_triton.compute_gae)(
+    advantages = _on_device(rl_triton.compute_gae)(
         rewards, values, terminateds, gamma=GAMMA, lambda_=LAMBDA, last_value=next_value, time_dim=0)
     assert_rel(advantages, expected, TOL, "advantages")
 
@@ -413,7 +413,7 @@ def test_token_level_gae_over_right_padded_responses(backend, gen, rows, steps, 
     # the recipe: each response ends at its last token, followed by padding or by the window's end
     next_mask = torch.nn.functional.pad(response_mask[:, 1:], (0, 1))
     ends = (response_mask != 0) & (next_mask == 0)
-    advantages = on_device(rl_triton.compute_gae)(token_level_rewards, values, ends, gamma=1.0, lambda_=0.95)
+    advantages = _on_device(rl_triton.compute_gae)(token_level_rewards, values, ends, gamma=1.0, lambda_=0.95)
     on_response = response_mask != 0
     assert_rel(advantages[on_response], expected[on_response], TOL, "advantages on response tokens")
 
@@ -466,7 +466,7 @@ def test_rlax_vtrace(backend, make_rollout, jax_float64, rows, steps, rho_bar):
         ratios, clip_rho_threshold=rho_bar, clip_pg_rho_threshold=rho_bar)
 
     # rlax clips the traces' ratios at 1 and takes one clip for the TD errors and the advantages
-    vs, advantages = on_device(rl_triton.compute_vtrace)(
+    vs, advantages = _on_device(rl_triton.compute_vtrace)(
         rollout.log_pi_target, rollout.log_pi_behavior, rollout.values, rollout.rewards, terminated, gamma=GAMMA,
         rho_bar=rho_bar, c_bar=1.0, last_value=rollout.last_value)
     assert_rel(vs - rollout.values, errors, TOL, "vs - V")
@@ -484,12 +484,12 @@ def test_rlax_returns_and_gae(backend, make_rollout, jax_float64, rows, steps):
     window_end[:, -1] = rollout.last_value
 
     expected = _rlax_rows(jax_float64, rlax.lambda_returns, rollout.rewards, discount, next_values, lambda_=LAMBDA)
-    returns = on_device(rl_triton.compute_lambda_returns)(
+    returns = _on_device(rl_triton.compute_lambda_returns)(
         rollout.rewards, next_values, terminated, gamma=GAMMA, lambda_=LAMBDA, bootstrap_values=window_end)
     assert_rel(returns, expected, TOL, "lambda-returns")
 
     expected = _rlax_rows(jax_float64, rlax.discounted_returns, rollout.rewards, discount, next_values)
-    returns = on_device(rl_triton.compute_discounted_returns)(
+    returns = _on_device(rl_triton.compute_discounted_returns)(
         rollout.rewards, terminated, gamma=GAMMA, bootstrap_values=window_end)
     assert_rel(returns, expected, TOL, "discounted returns")
 
@@ -499,7 +499,7 @@ def test_rlax_returns_and_gae(backend, make_rollout, jax_float64, rows, steps):
         return rlax.truncated_generalized_advantage_estimation(r_t, discount_t, LAMBDA, values)
 
     expected = _rlax_rows(jax_float64, truncated_gae, rollout.rewards, discount, values_and_last)
-    advantages = on_device(rl_triton.compute_gae)(
+    advantages = _on_device(rl_triton.compute_gae)(
         rollout.rewards, rollout.values, terminated, gamma=GAMMA, lambda_=LAMBDA, last_value=rollout.last_value)
     assert_rel(advantages, expected, TOL, "GAE")
 
@@ -529,7 +529,7 @@ def test_rlax_retrace_with_a_state_independent_target_policy(backend, make_rollo
                         rollout.rewards, discount, probs_target, behaviour[:, 1:], lambda_=LAMBDA, eps=0.0)
 
     q_values = q_all[:, :-1].gather(-1, actions[:, :-1, None]).squeeze(-1)
-    targets, _ = on_device(rl_triton.compute_retrace)(
+    targets, _ = _on_device(rl_triton.compute_retrace)(
         probs_target, behaviour[:, :-1], q_values, q_all[:, 1:], actions[:, :-1], rollout.rewards, terminated,
         torch.zeros_like(terminated), GAMMA, LAMBDA, c_bar=1.0)
     assert_rel(targets - q_values, errors, TOL, "Retrace targets - Q")
