@@ -157,15 +157,16 @@ def test_torchrl_vectorised_gae_drops_small_terms_of_long_episodes(backend, gen)
 
 
 @pytest.mark.parametrize("rows, steps", SHAPES)
-@pytest.mark.parametrize("vectorized", [None, True], ids=["default", "vectorized"])
-def test_torchrl_gae_module(backend, gen, rows, steps, vectorized):
-    """TorchRL's ``GAE`` module on a TensorDict laid out as its collectors write one: the final observation
-    of an episode in ``("next", "observation")``, the next episode's first in the following step's
-    ``"observation"``."""
+@pytest.mark.parametrize("module, vectorized", [("GAE", None), ("GAE", True), ("TDLambdaEstimator", None)],
+                         ids=["GAE", "GAE-vectorized", "TDLambdaEstimator"])
+def test_torchrl_value_modules(backend, gen, rows, steps, module, vectorized):
+    """TorchRL's ``GAE`` and ``TDLambdaEstimator`` modules on a TensorDict laid out as its collectors write one:
+    the final observation of an episode in ``("next", "observation")``, the next episode's first in the
+    following step's ``"observation"``."""
     pytest.importorskip("torchrl")
     from tensordict import TensorDict
     from tensordict.nn import TensorDictModule
-    from torchrl.objectives.value import GAE
+    from torchrl.objectives import value as torchrl_value
 
     def normal(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
@@ -182,18 +183,28 @@ def test_torchrl_gae_module(backend, gen, rows, steps, vectorized):
     }, batch_size=[rows, steps])
     linear = torch.nn.Linear(4, 1, dtype=torch.float64)
     value_network = TensorDictModule(linear, in_keys=["observation"], out_keys=["state_value"])
+    options = {} if vectorized is None else {"vectorized": vectorized}
     with torch.no_grad():
-        batch = GAE(gamma=GAMMA, lmbda=LAMBDA, value_network=value_network, vectorized=vectorized)(batch)
+        estimator = getattr(torchrl_value, module)(gamma=GAMMA, lmbda=LAMBDA, value_network=value_network, **options)
+        batch = estimator(batch)
 
     truncated, bootstrap = _bootstrap_from_next_state_value(
         batch["next", "state_value"], batch["next", "done"], batch["next", "terminated"])
-    advantage = _on_device(rl_triton.compute_gae)(
-        batch["next", "reward"], batch["state_value"], batch["next", "terminated"], truncated, GAMMA, LAMBDA,
-        bootstrap, time_dim=-2)
-    # by default the module runs TorchRL's GAE loop; vectorized=True its vectorised GAE (see test_torchrl_gae)
-    tol = 1e-9 if vectorized else TOL
+    if module == "GAE":
+        advantage = _on_device(rl_triton.compute_gae)(
+            batch["next", "reward"], batch["state_value"], batch["next", "terminated"], truncated, GAMMA, LAMBDA,
+            bootstrap, time_dim=-2)
+        value_target = advantage + batch["state_value"]
+    else:
+        value_target = _on_device(rl_triton.compute_lambda_returns)(
+            batch["next", "reward"], batch["next", "state_value"], batch["next", "terminated"], truncated, GAMMA,
+            LAMBDA, bootstrap, time_dim=-2)
+        advantage = value_target - batch["state_value"]
+    # GAE runs TorchRL's loop unless vectorized=True; TDLambdaEstimator runs the vectorised TD(lambda) by default
+    # (see test_torchrl_gae)
+    tol = TOL if module == "GAE" and not vectorized else 1e-9
     assert_rel(advantage, batch["advantage"], tol, "advantage")
-    assert_rel(advantage + batch["state_value"], batch["value_target"], tol, "value target")
+    assert_rel(value_target, batch["value_target"], tol, "value target")
 
 
 @pytest.mark.parametrize("rows, steps", SHAPES)
