@@ -238,7 +238,8 @@ def plan_override(plan: str) -> dict:
     ``[steps, actions]`` tiles), ``gN`` strided time-major tiles of N neighbouring rows per thread (1, 2: row pairs, or 4; ``q1``/``q0``
     are ``g2``/``g1``), ``d1``/``d0`` grouped programs that walk whole rows recur from each chunk's carry / build
     every step's map (``TilePlan.direct``), ``u1``/``u0`` tiles leave out / keep in-range masks where the rows and
-    steps fill whole tiles (``TilePlan.whole_tiles``)."""
+    steps fill whole tiles (``TilePlan.whole_tiles``), ``bN`` walked segments scan the N steps before them first
+    (``b0``: they do not; ``TilePlan.look_behind``)."""
     kw: dict = {}
     numbers = ["block_rows", "block_time", "num_warps", "num_stages"]
     for token in plan.split("x"):
@@ -268,6 +269,8 @@ def plan_override(plan: str) -> dict:
             kw["rows_per_thread"] = 2 if token == "q1" else 1
         elif token.startswith("g"):
             kw["rows_per_thread"] = int(token[1:])
+        elif token.startswith("b"):
+            kw["look_behind"] = int(token[1:])
     return kw
 
 

@@ -155,6 +155,37 @@ def test_one_long_row(gen, estimator):
             assert_rel(exact[:, steps], want, TOLERANCE[torch.float64])
 
 
+# the field a NaN goes in, and whether the recurrence runs backward in time (a NaN reaches the steps before it)
+NAN_FIELDS = {gae: ("rewards", True), vtrace: ("rewards", True), lambda_returns: ("rewards", True),
+              discounted_returns: ("rewards", True), eligibility_traces: ("gradients", False),
+              prefix_ends_at: ("inputs", False), prefix_starts_at: ("inputs", False)}
+
+
+@pytest.mark.parametrize("with_nan", [False, True], ids=["finite", "nan"])
+@pytest.mark.parametrize("estimator", [param for param in ESTIMATORS if param.values[0] is not retrace])
+def test_one_long_row_with_a_look_behind(gen, estimator, with_nan):
+    # N=1, T=2**22 walked in segments that first scan the 256 steps before them (off by default plans): with
+    # episodes ending at 10% of the steps nearly every segment takes its carry from them and publishes at once,
+    # so the float64 walks of the default plan, which look back, are the reference; a NaN reaches every later
+    # step in processing order in both, carried past the segments that took their carry from their own steps
+    # by the last segment to finish
+    seq_len = 2**22
+    ro = Rollout(gen, (1,), seq_len, device="cuda")
+    field, backward = NAN_FIELDS[estimator]
+    nan_step = 3 * 2**20 + 5
+    if with_nan:
+        getattr(ro, field)[0, nan_step] = float("nan")
+    with _launch.tile_override(look_behind=256):
+        got = run(estimator, ro)
+    exact = run(estimator, ro.as_float64())
+    for out, want in zip(got, exact, strict=True):
+        reached = want[0, : nan_step + 1] if backward else want[0, nan_step:]
+        assert reached.isnan().all() if with_nan else torch.isfinite(want).all()
+        assert torch.equal(out.isnan(), want.isnan())
+        finite = ~want.isnan()
+        assert_rel(out[finite], want[finite], TOLERANCE[torch.float32])
+
+
 @pytest.mark.parametrize("rows, seq_len", [(64, 16384), (128, 8192)])
 def test_retrace_fused_splits_of_short_rows(gen, monkeypatch, rows, seq_len):
     # rows split in time, too short for segments of eight 512-step chunks: 4 actions take the fused

@@ -152,11 +152,16 @@ def test_half_precision_walks(name, dtype, make_rollout):
     assert_outputs_rel(out, expected, HALF_TOLERANCE)
 
 
-@pytest.mark.parametrize("name", ["gae_last_value", "vtrace", "discounted", "prefix_sum", "retrace_two_passes"])
-def test_time_major_walks(name, make_rollout):
-    # [T, N] buffers walked in tiles of 4 rows x 8 steps: 2 row tiles of 4 segments
-    ro = make_rollout(5, 300, term_rate=0.02, trunc_rate=0.02)
-    out, expected = run(name, ro, tile={**WALK, "block_rows": 4}, time_major=True)
+@pytest.mark.parametrize(
+    ("name", "look_behind"),
+    [(name, 0) for name in ["gae_last_value", "vtrace", "discounted", "prefix_sum", "retrace_two_passes"]]
+    + [(name, 4) for name in ["gae_last_value", "vtrace", "discounted", "prefix_sum"]],
+)
+def test_time_major_walks(name, look_behind, make_rollout):
+    # [T, N] buffers walked in tiles of 4 rows x 8 steps: 2 row tiles of 4 segments; with episodes ending at a
+    # quarter of the steps, some segments take their carry from the 4 steps before them
+    ro = make_rollout(5, 300, term_rate=0.02 if look_behind == 0 else 0.25, trunc_rate=0.02)
+    out, expected = run(name, ro, tile={**WALK, "block_rows": 4, "look_behind": look_behind}, time_major=True)
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
@@ -172,6 +177,8 @@ def test_long_rows_plan_walked_segments(monkeypatch):
 
     one_row = plan(1, 1 << 24, _launch._GAE_WALK)
     assert one_row.walk and one_row.block_time == 512 and one_row.num_warps == 4 and one_row.vec == 4
+    # each segment first scans the 256 steps before it
+    assert one_row.look_behind == 256
     assert one_row.segment_chunks == 32 and one_row.grid == (1024,) and one_row.prefetch
     # every program of a walk resident at once: 8 programs of 4 warps share 65536 registers
     assert one_row.max_registers == 64
@@ -184,18 +191,20 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     eight_rows = _launch.plan_tiles(8, 1 << 21, False, cpu, heavy=False, element_bytes=4, **long_walk)
     assert eight_rows.walk and eight_rows.block_time == 2048 and eight_rows.segment_chunks == 21
     assert eight_rows.grid == (8 * 49,)  # 3 x 132 programs asked, 1024 chunks per row in segments of 21
+    assert eight_rows.look_behind == 256
     # 1 x 2^22: 2048 chunks of 2048 steps over 396 segments is too few; 512-step chunks still walk
     one_row = _launch.plan_tiles(1, 1 << 22, False, cpu, heavy=False, element_bytes=4, **long_walk)
     assert one_row.walk and one_row.block_time == 512 and one_row.segment_chunks == 8
     # time-major tiles keep the walk plan of before
     time_major = _launch.plan_tiles(8, 1 << 21, True, cpu, heavy=False, **long_walk)
-    assert time_major.walk and time_major.block_time == 64
+    assert time_major.walk and time_major.block_time == 64 and time_major.look_behind == 64
     vtrace = plan(2, 1 << 23, _launch._VTRACE_WALK, heavy=True)
     assert vtrace.walk and vtrace.grid[0] <= 6 * 132 and vtrace.segment_chunks == 42
     assert vtrace.num_warps == 4 and vtrace.max_registers == 80  # 65536 / (6 x 128) = 85, in units of 8
     # 64 x 16384: 4 chunks per segment, so one chunk per program (2048 steps, capped registers)
     short = plan(64, 16384, _launch._GAE_WALK)
     assert short.split and not short.walk and short.block_time == 2048 and short.max_registers == 64
+    assert short.look_behind == 0
     assert short.grid == (64 * 8,)
     # time-major [T, N] buffers of few rows walk tiles of 16 rows x 64 steps (8 rows: 8 x 64)
     time_major = _launch.plan_tiles(8, 1 << 21, True, cpu, heavy=False, walk_split=_launch._GAE_WALK)
@@ -209,7 +218,13 @@ def test_long_rows_plan_walked_segments(monkeypatch):
         assert plan(1, 1 << 24, _launch._GAE_WALK).max_registers is None
     assert plan(1, 1 << 24, _launch._GAE_WALK, walk_register_cap=False).max_registers is None
     # kernels that cannot walk, and overrides
-    assert not plan(1, 1 << 24, None).walk
+    assert not plan(1, 1 << 24, None).walk and plan(1, 1 << 24, None).look_behind == 0
+    with _launch.tile_override(look_behind=0):
+        assert plan(1, 1 << 24, _launch._GAE_WALK).look_behind == 0
+    with _launch.tile_override(look_behind=1 << 16):
+        assert plan(1, 1 << 24, _launch._GAE_WALK).look_behind == 512  # at most a chunk
+    with _launch.tile_override(look_behind=2):
+        assert plan(1, 1 << 24, _launch._GAE_WALK).look_behind == 4  # a whole group of 4 steps
     with _launch.tile_override(walk_programs=0):
         assert not plan(1, 1 << 24, _launch._GAE_WALK).walk
 
@@ -262,4 +277,48 @@ def test_a_nan_reaches_past_constant_segments(name, tile, make_rollout):
 def test_a_nan_reaches_segments_whose_chunk_before_ends_an_episode_in_every_row(name, make_rollout):
     # Half the steps end an episode, so the chunk before every segment (8 steps) ends one in each row: its
     # scan from a zero carry alone gives the carry into the segment, but only if nothing before it is NaN.
+    # Without a look-behind the segments look back as always.
+    assert_a_nan_reaches_the_rest_of_its_row(name, make_rollout(2, 300, term_rate=0.5), {**WALK, "look_behind": 8})
     assert_a_nan_reaches_the_rest_of_its_row(name, make_rollout(2, 300, term_rate=0.5), WALK)
+
+
+def test_default_walks_scan_256_steps_before_their_segments(monkeypatch):
+    # on by default (_launch._LOOK_BEHIND_BY_DEFAULT); tile_override(look_behind=0) turns it off
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+    walk = _launch.plan_tiles(1, 1 << 24, False, torch.device("cpu"), heavy=False, element_bytes=4,
+                              walk_split=_launch._GAE_WALK)
+    assert walk.walk and walk.look_behind == 256
+    assert _launch._meta(walk, torch.float32, walk=True, shape=(1, 1 << 24))["LOOK_BEHIND"] == 256
+    with _launch.tile_override(look_behind=0):
+        walk = _launch.plan_tiles(1, 1 << 24, False, torch.device("cpu"), heavy=False, element_bytes=4,
+                                  walk_split=_launch._GAE_WALK)
+        assert walk.look_behind == 0
+        assert _launch._meta(walk, torch.float32, walk=True, shape=(1, 1 << 24))["LOOK_BEHIND"] == 0
+
+
+# the walking kernels that take a look-behind (Retrace's walks do not)
+LOOK_BEHIND_NAMES = [name for name in NAMES if not name.startswith("retrace")]
+
+
+@pytest.mark.parametrize(
+    "tile",
+    [{**WALK, "block_rows": 2, "look_behind": 2}, {**WALK, "block_rows": 2, "look_behind": 4},
+     {**WALK, "block_rows": 2, "look_behind": 8},
+     {"block_rows": 2, "block_time": 32, "vec": 4, "split": True, "walk_programs": 2, "look_behind": 8}],
+    ids=["2-steps", "4-steps", "whole-chunk", "groups-of-4"],
+)
+@pytest.mark.parametrize("name", LOOK_BEHIND_NAMES)
+def test_segments_take_their_carry_from_the_steps_before_them(name, tile, make_rollout):
+    # Episodes end at half the steps, so the last 2, 4 or 8 steps before most segments (of 8- or 32-step
+    # chunks) end one in each row of the tile, and those segments walk from their carry alone, without
+    # waiting or redoing; the others look back. Tiles of 2 rows over 3 rows: the second tile's missing row
+    # must not stop it.
+    ro = make_rollout(3, 300, term_rate=0.5)
+    out, expected = run(name, ro, tile=tile)
+    assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("name", list(NAN_INPUT))
+def test_a_nan_reaches_segments_that_take_their_carry_from_a_short_look_behind(name, make_rollout):
+    # as above with the last 4 steps of the chunk before each segment
+    assert_a_nan_reaches_the_rest_of_its_row(name, make_rollout(2, 300, term_rate=0.5), {**WALK, "look_behind": 4})

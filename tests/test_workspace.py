@@ -51,18 +51,42 @@ SPLITS = {
     # tile overrides: one chunk per program, and walked segments of several chunks
     "chunks": {"block_rows": 2, "block_time": 16, "split": True, "walk_programs": 0},
     "walks": {"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 2},
+    # walks whose segments first scan the 4 steps before them, and count the finished ones after the ticket
+    "walks-look-behind": {"block_rows": 1, "block_time": 8, "split": True, "walk_programs": 2, "look_behind": 4},
 }
 
 
 @needs_triton
-@pytest.mark.parametrize("name", list(estimator_calls(0.99, 0.95)))
-@pytest.mark.parametrize("split", list(SPLITS))
+@pytest.mark.parametrize(
+    ("split", "name"),
+    # Retrace's walks take no look-behind
+    [(split, name) for split in SPLITS for name in estimator_calls(0.99, 0.95)
+     if not (split == "walks-look-behind" and name.startswith("retrace"))],
+)
 def test_each_split_launch_zeroes_the_workspace_before_it(make_rollout, four_multiprocessors, name, split):
     # three calls of two shapes: the second and third each zero what the call before them left
     for rows, seq_len in ((3, 300), (2, 77), (3, 300)):
         out, expected = run_walk(name, make_rollout(rows, seq_len), tile=SPLITS[split])
         assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
     assert_spent_workspace_zeroed(DEVICE)
+
+
+@needs_triton
+def test_walks_with_a_look_behind_count_their_finished_segments(make_rollout, four_multiprocessors):
+    # 2 rows of 300 steps in 8-step chunks: 2 row tiles of 4 segments. The workspace words: one block counter per
+    # row tile, 8 status words, the ticket, then each row tile's count of finished segments, to which a segment
+    # that published something non-finite adds 65536 (kernels/scan.py: finish_walk_and_mend)
+    ro = make_rollout(2, 300, term_rate=0.5)
+    ro.rewards[1, 200] = float("nan")  # in row 1's second segment in processing order (backward)
+    out, expected = run_walk("gae", ro, tile=SPLITS["walks-look-behind"])
+    torch.testing.assert_close(out.double(), expected.double(), rtol=1e-4, atol=1e-4, equal_nan=True)
+    workspaces = current_workspaces(DEVICE)
+    flags = workspaces.flags[1 - workspaces.turn]  # the last launch's
+    assert workspaces.dirty[1 - workspaces.turn] == 2 + 8 + 1 + 2
+    row_0, row_1 = flags[2 + 8 + 1: 2 + 8 + 1 + 2].tolist()
+    assert row_0 == 4
+    # the NaN's segment, and any later one that looked back and took it in its prefix
+    assert row_1 % 65536 == 4 and 1 <= row_1 // 65536 <= 3
 
 
 @needs_triton

@@ -462,6 +462,17 @@ _RETRACE_LARGE_GROUP = 32
 _RETRACE_MAX_REGISTERS = 128
 _FEW_CHAINS_LOOKBACK_WINDOW = 128
 _FEW_CHAINS = 4
+# Each walked segment (but Retrace's) first scans this many steps before it, from a zero carry: where they
+# end an episode in every row of its tile, their carry out is the segment's carry in, so the segment
+# neither waits for the ones before it nor redoes its first chunk (kernels/scan.py: look_behind). With
+# episodes ending at 5% of steps, 256 steps hold an end in a row but for a chance of 2e-6. Plans take it
+# where _LOOK_BEHIND_BY_DEFAULT says so (tile_override(look_behind=0) turns it off). Measured on an H200
+# (benchmarks/results/h200-2026-12-05-run42-look-behind-ab.txt), % of the copy ceiling at 1x2^24 without ->
+# with: GAE 82.2 -> 89.1, with truncations 86.5 -> 91.1, lambda-returns 87.8 -> 93.0, discounted returns
+# 74.6 -> 85.4, eligibility traces 76.5 -> 81.7, prefix sums 76.4 -> 82.5, V-trace 86.3 -> 87.6, with
+# truncations 87.4 -> 86.0; at 8x2^21 +0.5 to +3.2 points.
+_LOOK_BEHIND_STEPS = 256
+_LOOK_BEHIND_BY_DEFAULT = True
 # Walked segments are sized so that every program is resident at once, so each walk's registers are
 # capped at its share of the multiprocessor's register file (65536 per multiprocessor since sm_70;
 # ptxas allocates them in units of 8 per thread). Where a kernel takes more, the programs past the
@@ -510,6 +521,9 @@ class TilePlan:
     # tiles leave out in-range masks where a call's rows fill whole row tiles and its steps whole chunks
     # (kernels/scan.py: tile_rows), in the kernels that can
     whole_tiles: bool = False
+    # steps before each walked segment that its program scans first: where they end an episode in every
+    # row of the tile, their carry out is the carry into the segment (kernels/scan.py: look_behind); 0: none
+    look_behind: int = 0
 
     @property
     def walk(self) -> bool:
@@ -548,6 +562,7 @@ class _Override:
     rows_per_thread: int | None = None
     direct: bool | None = None
     whole_tiles: bool | None = None
+    look_behind: int | None = None
 
 
 _NO_OVERRIDE = _Override()
@@ -571,6 +586,7 @@ def tile_override(
     rows_per_thread: int | None = None,
     direct: bool | None = None,
     whole_tiles: bool | None = None,
+    look_behind: int | None = None,
 ) -> Iterator[None]:
     """Force tile sizes (powers of two) and whether time is split across programs.
 
@@ -589,12 +605,15 @@ def tile_override(
     a run for every thread and 16 runs across, and the launch's tensors allow it (``_grouped_meta``); one
     row per thread otherwise; ``direct``: grouped programs that walk whole rows recur from each chunk's
     carry (``TilePlan.direct``), or build every step's map; ``whole_tiles``: the tiles of the kernels that can
-    leave out in-range masks where a call's rows and steps fill whole tiles, or keep them (``TilePlan.whole_tiles``).
+    leave out in-range masks where a call's rows and steps fill whole tiles, or keep them (``TilePlan.whole_tiles``);
+    ``look_behind``: steps each walked segment scans before it (a power of two up to the chunk's steps; 0: none,
+    ``TilePlan.look_behind``).
     """
     global _override
     previous = _override
     _override = _Override(block_rows, block_time, split, num_warps, num_stages, window, vec, max_registers, prefetch,
-                          walk_programs, retrace_kernels, retrace_flat_values, rows_per_thread, direct, whole_tiles)
+                          walk_programs, retrace_kernels, retrace_flat_values, rows_per_thread, direct, whole_tiles,
+                          look_behind)
     try:
         yield
     finally:
@@ -876,8 +895,15 @@ def _plan(
         whole_tiles = default_tiles and not time_major and narrow_whole_rows and element_bytes == 2
     if _override.whole_tiles is not None:
         whole_tiles = _override.whole_tiles
+    look_behind = min(block_time, _LOOK_BEHIND_STEPS) if split and segment_chunks > 1 and _LOOK_BEHIND_BY_DEFAULT else 0
+    if _override.look_behind is not None:
+        look_behind = min(block_time, _override.look_behind)
+    if look_behind:
+        # a look-behind tile holds whole groups
+        look_behind = max(look_behind, vec)
     return TilePlan(block_rows, block_time, num_row_tiles, num_chunks, split, num_warps, num_stages, window, vec,
-                    max_registers, True, segment_chunks, strided_groups, rows_per_thread, direct, whole_tiles)
+                    max_registers, True, segment_chunks, strided_groups, rows_per_thread, direct, whole_tiles,
+                    look_behind)
 
 
 def _walk_register_budget(programs_per_multiprocessor: int, num_warps: int) -> int | None:
@@ -1040,7 +1066,8 @@ class WorkspaceGeometry:
 
     def views(self, flags: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(status words, aggregates, prefixes, ticket) in a workspace: chunk_carry's block counters come
-        first in ``flags``, then the status words, then the ticket."""
+        first in ``flags``, then the status words, then the ticket (and, for walks with a look-behind, each
+        row tile's count of finished segments)."""
         return (flags[self.counters : self.counters + self.slots], values[: self.aggregate_count],
                 values[self.aggregate_count : self.value_count], flags[self.counters + self.slots : self.flag_words])
 
@@ -1071,7 +1098,10 @@ def _lookback_workspace(plan: TilePlan, dtype: torch.dtype, device: torch.device
         return (dummy, dummy, dummy, dummy), (dummy, 0)
     slots = plan.num_row_tiles * plan.num_segments
     counters = plan.num_row_tiles * triton.cdiv(plan.num_segments, plan.window)
-    geometry = WorkspaceGeometry(counters, slots, counters + slots + 1, 2 * slots * plan.block_rows,
+    # walks with a look-behind count each row tile's finished segments after the ticket (kernels/scan.py:
+    # finish_walk_and_mend)
+    done_counters = plan.num_row_tiles if plan.walk and plan.look_behind else 0
+    geometry = WorkspaceGeometry(counters, slots, counters + slots + 1 + done_counters, 2 * slots * plan.block_rows,
                                  3 * slots * plan.block_rows, dtype)
     key = _workspace_key(device)
     if key is None:
@@ -1411,6 +1441,7 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, shape: tuple[i
         meta["DIRECT"] = plan.direct
         meta["WHOLE_TILES"] = (plan.whole_tiles and shape[0] % plan.block_rows == 0
                                and shape[1] % plan.block_time == 0)
+        meta["LOOK_BEHIND"] = plan.look_behind if plan.walk else 0
     return meta
 
 

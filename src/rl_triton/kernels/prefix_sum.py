@@ -83,7 +83,7 @@ def episodic_scan_kernel(
     HAS_SEED: tl.constexpr, RESET_AFTER_FLAG: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
-    WHOLE_TILES: tl.constexpr = False,
+    WHOLE_TILES: tl.constexpr = False, LOOK_BEHIND: tl.constexpr = 0,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks,
                                                       segment_chunks, SPLIT)
@@ -105,4 +105,6 @@ def episodic_scan_kernel(
                  (RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, BLOCK_TIME, VEC, STRIDED_GROUPS, WHOLE_TILES), carry, row_tile,
                  order, first, my_chunks, num_chunks, segment_chunks, seq_len, row_ok,
                  status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, False, BLOCK_ROWS, BLOCK_TIME, WINDOW,
-                 VEC, direct)
+                 VEC, direct,
+                 BEHIND_CONSTS=(RESET_AFTER_FLAG, DTYPE, BLOCK_ROWS, LOOK_BEHIND, VEC, STRIDED_GROUPS,
+                                WHOLE_TILES), LOOK_BEHIND=LOOK_BEHIND)

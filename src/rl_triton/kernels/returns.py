@@ -107,7 +107,7 @@ def returns_kernel(
     SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr,
     BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, DTYPE: tl.constexpr, VEC: tl.constexpr,
     STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
-    WHOLE_TILES: tl.constexpr = False,
+    WHOLE_TILES: tl.constexpr = False, LOOK_BEHIND: tl.constexpr = 0,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks,
                                                       segment_chunks, SPLIT)
@@ -136,4 +136,6 @@ def returns_kernel(
                   WHOLE_TILES),
                  carry, row_tile, order, first, my_chunks, num_chunks, segment_chunks, seq_len,
                  row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK, PREFETCH, True,
-                 BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided))
+                 BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided),
+                 BEHIND_CONSTS=(HAS_NEXT_VALUES, HAS_TRUNCATED, HAS_BOOTSTRAP, DTYPE, BLOCK_ROWS, LOOK_BEHIND, VEC,
+                                strided, WHOLE_TILES), LOOK_BEHIND=LOOK_BEHIND)

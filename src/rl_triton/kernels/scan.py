@@ -30,7 +30,10 @@ carry, publishes the segment's map, looks back once, then redoes the segment's f
 the true carry until the carry out of a redone chunk equals the one its walk used (after an
 episode end, or once the decay has rounded the difference away), so every output is what a walk
 from the true carry would give. The redo is one chunk on typical data and the whole segment when
-nothing resets and the decay stays near one.
+nothing resets and the decay stays near one. With a look-behind (LOOK_BEHIND > 0, which default plans do
+not take yet), a segment first scans the steps just before it; where they end an episode in every row,
+their carry out is its true carry, so it walks from it, publishes at once and neither waits nor redoes, and
+the last segment of its row tile to finish carries any NaN or inf on past it (``finish_walk_and_mend``).
 
 A program that walks whole rows knows the carry into each chunk before it scans it, so grouped tiles
 may scan directly (``recur_in_thread``: each group recurs from its carry, one multiply-add a step)
@@ -473,12 +476,48 @@ def scan_chunk_and_store(scan_fn, store_fn, args, CONSTS: tl.constexpr, inputs, 
 
 
 @triton.jit
+def look_behind(load_fn, scan_fn, args, BEHIND_CONSTS: tl.constexpr, carry, first, num_chunks, seq_len, row_ok,
+                BACKWARD: tl.constexpr, BLOCK_TIME: tl.constexpr, LOOK_BEHIND: tl.constexpr, VEC: tl.constexpr,
+                IN_ORDER: tl.constexpr):
+    """The carry into the walked segment that starts at position ``first`` (> 0), where its look-behind gives it.
+
+    The last LOOK_BEHIND steps before the segment (in processing order) are loaded and scanned from a zero
+    carry as one chunk of LOOK_BEHIND steps (``BEHIND_CONSTS``: the kernel's ``CONSTS`` with that chunk
+    length, which divides BLOCK_TIME). Where their map is constant (an episode end in every row of the tile)
+    and finite, its value is the carry into the segment, provided nothing before is non-finite: that is
+    checked once every segment of the row tile has finished (``finish_walk_and_mend``). Returns (carry, ok):
+    ``carry`` unchanged where not ok.
+    """
+    if BACKWARD:
+        time_chunk = num_chunks - 1 - first
+        behind = (time_chunk + 1) * (BLOCK_TIME // LOOK_BEHIND)
+    else:
+        behind = first * (BLOCK_TIME // LOOK_BEHIND) - 1
+    steps = chunk_steps(behind, LOOK_BEHIND, BACKWARD, VEC, IN_ORDER)
+    if IN_ORDER:
+        mask = step_mask(row_ok, chunk_steps(behind, LOOK_BEHIND, BACKWARD, VEC), seq_len, VEC)
+    else:
+        mask = step_mask(row_ok, steps, seq_len, VEC)
+    inputs = load_fn(args, BEHIND_CONSTS, behind, steps)
+    scanned = scan_fn(args, BEHIND_CONSTS, inputs, mask, None)
+    behind_a = last_step(scanned[0], LOOK_BEHIND, BACKWARD, VEC)
+    behind_b = last_step(scanned[1], LOOK_BEHIND, BACKWARD, VEC)
+    open_rows = behind_b != 0
+    if row_ok is not None:
+        # rows past the last, whose decays are the identity's, have no carry to take
+        open_rows = open_rows & row_ok
+    ok = (tl.max(open_rows.to(tl.int32), axis=0) == 0) & ~_any_nonfinite(behind_a)
+    return tl.where(ok, behind_a, carry), ok
+
+
+@triton.jit
 def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, row_tile, order, first,
                  my_chunks,
                  num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr,
                  SPLIT: tl.constexpr, WALK: tl.constexpr, PREFETCH: tl.constexpr, BACKWARD: tl.constexpr,
                  BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr,
-                 DIRECT: tl.constexpr = False, IN_ORDER: tl.constexpr = False, arg_inputs=None, num_rows=None):
+                 DIRECT: tl.constexpr = False, IN_ORDER: tl.constexpr = False, arg_inputs=None, num_rows=None,
+                 BEHIND_CONSTS: tl.constexpr = None, LOOK_BEHIND: tl.constexpr = 0):
     """Every chunk of a program (claimed by ``claim_segment``), from ``carry`` into its first chunk.
 
     A kernel gives three functions of its ``args`` tuple and ``CONSTS`` (a tuple of compile-time
@@ -496,9 +535,18 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
     arguments as ``load_fn``; a kernel whose outputs overwrite intermediate inputs recomputes them). A
     kernel that also gives ``arg_inputs`` (its ``args`` but ``rows, row_ok``: pointers, strides, scalars,
     ``seq_len``) and ``num_rows`` has that look-back and redo compiled as a function of its own
-    (``finish_walked_segment_apart``).
+    (``finish_walked_segment_apart``). With LOOK_BEHIND > 0 (and ``BEHIND_CONSTS``: ``CONSTS`` with
+    BLOCK_TIME = LOOK_BEHIND), a walked segment first scans the last LOOK_BEHIND steps before it
+    (``look_behind``); where they end an episode in every row, it walks from their carry, publishes a
+    constant map and neither waits nor redoes (``finish_walk_and_mend``).
     """
     end = first + my_chunks
+    # whether the carry into a walked segment came from its look-behind (then it neither waits nor redoes)
+    behind_ok = first < 0
+    if WALK and arg_inputs is None and LOOK_BEHIND > 0:  # noqa: SIM102 - compile-time, then run-time
+        if first > 0:
+            carry, behind_ok = look_behind(load_fn, scan_fn, args, BEHIND_CONSTS, carry, first, num_chunks, seq_len,
+                                           row_ok, BACKWARD, BLOCK_TIME, LOOK_BEHIND, VEC, IN_ORDER)
     chunk, steps, mask = chunk_window(first, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC,
                                       IN_ORDER=IN_ORDER)
     inputs = load_fn(args, CONSTS, chunk, steps)
@@ -525,7 +573,11 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
                              VEC, DIRECT and not SPLIT)
     if WALK:
         tl.static_assert(not DIRECT, "a walked segment needs its chunks' maps")
-        if arg_inputs is None:
+        if arg_inputs is None and LOOK_BEHIND > 0:
+            finish_walk_and_mend(redo_load_fn, scan_fn, store_fn, args, CONSTS, carry, walk_decay, behind_ok, row_tile,
+                                 order, first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
+                                 aggregate_ptr, prefix_ptr, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+        elif arg_inputs is None:
             finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS, carry, walk_decay, row_tile, order,
                                   first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr, aggregate_ptr,
                                   prefix_ptr, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
@@ -545,6 +597,113 @@ def scan_program(load_fn, redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
 
 
 @triton.jit
+def publish_constant(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, carry_out,
+                     BLOCK_ROWS: tl.constexpr, WINDOW: tl.constexpr):
+    """A walked segment whose carry in came from its look-behind publishes its carry out as a constant map,
+    as ``chunk_carry`` publishes a constant chunk, and neither waits nor looks back."""
+    lanes = tl.arange(0, BLOCK_ROWS)
+    num_segments = (num_chunks + segment_chunks - 1) // segment_chunks
+    slot = row_tile * num_segments + order
+    num_blocks = (num_segments + WINDOW - 1) // WINDOW
+    block_counters = status_ptr - 1 - row_tile * num_blocks
+    nonfinite = _any_nonfinite(carry_out)
+    tl.store(aggregate_ptr + (2 * slot) * BLOCK_ROWS + lanes, carry_out)
+    tl.store(aggregate_ptr + (2 * slot + 1) * BLOCK_ROWS + lanes, tl.zeros_like(carry_out))
+    tl.store(prefix_ptr + slot * BLOCK_ROWS + lanes, carry_out)
+    tl.debug_barrier()
+    published = tl.where(nonfinite, _AGGREGATE_READY | _NONFINITE, _CONSTANT_READY)
+    tl.atomic_xchg(status_ptr + slot, published, sem="release")
+    tl.atomic_add(block_counters - order // WINDOW, 1 + tl.where(nonfinite, _NONFINITE_COUNT, 0), sem="release")
+
+
+@triton.jit
+def first_nonfinite_segment(status_ptr, row_tile, num_segments, WINDOW: tl.constexpr):
+    """The first segment of ``row_tile`` that published something non-finite (``num_segments`` if none)."""
+    window = tl.arange(0, WINDOW)
+    found = num_segments
+    base = num_segments * 0
+    while (base < num_segments) & (found == num_segments):
+        position = base + window
+        valid = position < num_segments
+        status = tl.atomic_add(status_ptr + row_tile * num_segments + position, 0, mask=valid, sem="acquire")
+        hit = valid & (status >= _NONFINITE)
+        found = tl.minimum(found, tl.min(tl.where(hit, position, num_segments), axis=0))
+        base += WINDOW
+    return found
+
+
+@triton.jit
+def finish_walk_and_mend(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, walk_carry, walk_decay, behind_ok,
+                         row_tile, order, first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
+                         aggregate_ptr, prefix_ptr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                         BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr, VEC: tl.constexpr):
+    """The end of a walked segment with a look-behind (``look_behind``). One that took its carry from its look-behind publishes its
+    carry out as a constant map and is done; any other looks back and redoes its head (``walk_lookback``). The
+    last segment of the row tile to finish then mends what a non-finite value reaches: from the first segment
+    that published one, every later step of the row tile is redone from that segment's prefix (a look-behind
+    trusts that nothing before its chunk is non-finite; a plain loop carries a NaN across episode ends)."""
+    num_segments = (num_chunks + segment_chunks - 1) // segment_chunks
+    if behind_ok:
+        publish_constant(status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks,
+                         walk_carry, BLOCK_ROWS, WINDOW)
+        carry, walked_carry, position, pending = walk_carry, walk_carry, first, first < 0
+        nonfinite = _any_nonfinite(walk_carry)
+    else:
+        carry, walked_carry, position, pending = walk_lookback(
+            status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, walk_carry,
+            walk_decay, BLOCK_ROWS, WINDOW)
+        # whether what it published (its walk's map, then its prefix) may hold a NaN or inf
+        nonfinite = (_any_nonfinite(walk_carry) | _any_nonfinite(walk_decay) | _any_nonfinite(carry)
+                     | _any_nonfinite(walk_carry + walk_decay * carry))
+    phase = 0
+    while phase < 2:
+        # phase 0: the segment's own redo; phase 1: the row tile's mending, if this program does it
+        carry, walked_carry, position, pending = redo_chunks(
+            redo_load_fn, scan_fn, store_fn, args, CONSTS, carry, walked_carry, position, pending, end, row_tile,
+            order, num_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, BACKWARD, BLOCK_ROWS,
+            BLOCK_TIME, WINDOW, VEC)
+        if phase == 0:
+            # every thread's stores before the count (released by one thread; chunk_carry does the same)
+            tl.debug_barrier()
+            # the row tile's count of finished segments (and, in units of _NONFINITE_COUNT, of those that
+            # published something non-finite), after the status words and the ticket (a walk's grid is one
+            # program per status word)
+            nonfinite_count = tl.where(nonfinite, _NONFINITE_COUNT, 0)
+            done = tl.atomic_add(status_ptr + tl.num_programs(0) + 1 + row_tile, 1 + nonfinite_count, sem="acq_rel")
+            if (done % _NONFINITE_COUNT == num_segments - 1) & (done + nonfinite_count >= _NONFINITE_COUNT):
+                # the last to finish, and something non-finite was published: find the first such segment
+                tl.debug_barrier()
+                bad = first_nonfinite_segment(status_ptr, row_tile, num_segments, WINDOW)
+                if bad < num_segments - 1:
+                    lanes = tl.arange(0, BLOCK_ROWS)
+                    carry = tl.load(prefix_ptr + (row_tile * num_segments + bad) * BLOCK_ROWS + lanes, volatile=True)
+                    # rows whose carry is finite agree with what their walks used; the others drive the redo
+                    walked_carry = tl.where(carry - carry == 0, carry, tl.zeros_like(carry))
+                    position = (bad + 1) * segment_chunks
+                    end = num_chunks
+                    pending = carries_differ(carry, walked_carry)
+        phase += 1
+
+
+@triton.jit
+def redo_chunks(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, carry, walked_carry, position, pending,
+                end, row_tile, order, num_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr,
+                BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
+                VEC: tl.constexpr):
+    """The redo of a walked segment's chunks from ``position`` (if ``pending``) with the true carry, each while
+    its carry in differs from the one the walk used (``redo_advance``). Returns (carry, walked carry, position,
+    pending: false)."""
+    while pending:
+        chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
+        inputs = redo_load_fn(args, CONSTS, chunk, steps)
+        chunk_a, chunk_b, carry = scan_chunk_and_store(
+            scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
+            row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
+        carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+    return carry, walked_carry, position, pending
+
+
+@triton.jit
 def finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.constexpr, walk_carry, walk_decay,
                           row_tile, order, first, end, num_chunks, segment_chunks, seq_len, row_ok, status_ptr,
                           aggregate_ptr, prefix_ptr, BACKWARD: tl.constexpr, BLOCK_ROWS: tl.constexpr,
@@ -555,13 +714,9 @@ def finish_walked_segment(redo_load_fn, scan_fn, store_fn, args, CONSTS: tl.cons
     carry, walked_carry, position, pending = walk_lookback(
         status_ptr, aggregate_ptr, prefix_ptr, row_tile, order, num_chunks, segment_chunks, first, walk_carry,
         walk_decay, BLOCK_ROWS, WINDOW)
-    while pending:
-        chunk, steps, mask = chunk_window(position, num_chunks, seq_len, row_ok, BLOCK_TIME, BACKWARD, VEC=VEC)
-        inputs = redo_load_fn(args, CONSTS, chunk, steps)
-        chunk_a, chunk_b, carry = scan_chunk_and_store(
-            scan_fn, store_fn, args, CONSTS, inputs, mask, chunk, carry, status_ptr, aggregate_ptr, prefix_ptr,
-            row_tile, order, num_chunks, False, BACKWARD, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC)
-        carry, walked_carry, position, pending = redo_advance(chunk_a, chunk_b, carry, walked_carry, position, end)
+    redo_chunks(redo_load_fn, scan_fn, store_fn, args, CONSTS, carry, walked_carry, position, pending, end, row_tile,
+                order, num_chunks, seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, BACKWARD, BLOCK_ROWS,
+                BLOCK_TIME, WINDOW, VEC)
 
 
 @triton.jit(noinline=True)

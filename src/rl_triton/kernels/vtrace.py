@@ -133,7 +133,7 @@ def vtrace_kernel(
     HAS_TRUNCATED: tl.constexpr, BOOTSTRAP: tl.constexpr, SPLIT: tl.constexpr, WALK: tl.constexpr,
     PREFETCH: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_TIME: tl.constexpr, WINDOW: tl.constexpr,
     DTYPE: tl.constexpr, VEC: tl.constexpr, STRIDED_GROUPS: tl.constexpr = False, DIRECT: tl.constexpr = False,
-    WHOLE_TILES: tl.constexpr = False,
+    WHOLE_TILES: tl.constexpr = False, LOOK_BEHIND: tl.constexpr = 0,
 ):
     row_tile, order, first, my_chunks = claim_segment(counter_ptr, spent_ptr, spent_words, num_row_tiles, num_chunks,
                                                       segment_chunks, SPLIT)
@@ -163,4 +163,6 @@ def vtrace_kernel(
                   WHOLE_TILES),
                  tl.zeros([BLOCK_ROWS], DTYPE), row_tile, order, first, my_chunks, num_chunks, segment_chunks,
                  seq_len, row_ok, status_ptr, aggregate_ptr, prefix_ptr, SPLIT, WALK,
-                 PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided))
+                 PREFETCH, True, BLOCK_ROWS, BLOCK_TIME, WINDOW, VEC, direct, in_processing_order(strided),
+                 BEHIND_CONSTS=(HAS_TRUNCATED, BOOTSTRAP, DTYPE, BLOCK_ROWS, LOOK_BEHIND, VEC,
+                                shift_in_registers, strided, WHOLE_TILES), LOOK_BEHIND=LOOK_BEHIND)
