@@ -30,8 +30,8 @@ carry, publishes the segment's map, looks back once, then redoes the segment's f
 the true carry until the carry out of a redone chunk equals the one its walk used (after an
 episode end, or once the decay has rounded the difference away), so every output is what a walk
 from the true carry would give. The redo is one chunk on typical data and the whole segment when
-nothing resets and the decay stays near one. With a look-behind (LOOK_BEHIND > 0, which default plans do
-not take yet), a segment first scans the steps just before it; where they end an episode in every row,
+nothing resets and the decay stays near one. With a look-behind (LOOK_BEHIND > 0, which default plans take
+but Retrace's), a segment first scans the steps just before it; where they end an episode in every row,
 their carry out is its true carry, so it walks from it, publishes at once and neither waits nor redoes, and
 the last segment of its row tile to finish carries any NaN or inf on past it (``finish_walk_and_mend``).
 
