@@ -112,6 +112,10 @@ def calls(d: dict) -> dict:
             d["tm_low"]["r"], d["tm_low"]["term"], time_dim=0), ["r", "term"], 0.5),
         "prefix_sum_time_major_bf16_u8": (lambda: rl_triton.compute_episodic_prefix_sum(
             d["tm_low"]["r"], d["tm_low"]["term"], time_dim=0), ["r", "term"], 0.5),
+        "eligibility_bf16_u8": (lambda: rl_triton.compute_eligibility_traces(d["low"]["r"], d["low"]["term"], 0.99, 0.95),
+                                ["r", "term"], 0.5),
+        "prefix_sum_bf16_u8": (lambda: rl_triton.compute_episodic_prefix_sum(d["low"]["r"], d["low"]["term"]),
+                               ["r", "term"], 0.5),
         "gae_trunc_bf16_u8": (lambda: rl_triton.compute_gae(d["low"]["r"], d["low"]["v"], d["low"]["term"],
                                                             d["low"]["trunc"], bootstrap_values=d["low"]["boot"]),
                               ["r", "v", "term", "trunc", "boot"], 0.5),

@@ -229,6 +229,31 @@ def test_long_rows_plan_walked_segments(monkeypatch):
         assert not plan(1, 1 << 24, _launch._GAE_WALK).walk
 
 
+@pytest.mark.parametrize("values, flags, chunk_steps, programs", [
+    (torch.float32, torch.bool, 512, 8),  # 4-byte steps: the walk of 512-step chunks, 8 programs each
+    (torch.float32, torch.float32, 512, 8),
+    (torch.bfloat16, torch.uint8, 2048, 3),  # 2-byte steps keep the long walk
+])
+def test_episodic_scans_of_long_rows_walk_by_step_size(monkeypatch, values, flags, chunk_steps, programs):
+    """Eligibility traces and prefix sums of 8 x 2^21 float32 steps walk 512-step chunks (8 programs per
+    multiprocessor), not the long walk's 2048 (3), which was slower with the look-behind (_launch:
+    _EPISODIC_LONG_WALK); bf16 steps keep the long walk."""
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
+    seen = {}
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta, grid=grid))
+    rows, seq_len = 8, 1 << 21
+    x, out = torch.empty(rows, seq_len, dtype=values), torch.empty(rows, seq_len, dtype=values)
+    for decay, reset_after_flag in ((0.9, True), (1.0, False)):  # eligibility traces, prefix sums
+        seen.clear()
+        _launch.episodic_scan(out, x, torch.zeros(rows, seq_len, dtype=flags), None, decay, reset_after_flag)
+        assert seen["SPLIT"] and seen["WALK"] and seen["BLOCK_TIME"] == chunk_steps
+        segments_per_row = programs * 132 // rows
+        chunks = seq_len // chunk_steps
+        assert seen["grid"] == (rows * -(-chunks // -(-chunks // segments_per_row)),)
+        assert seen["LOOK_BEHIND"] == 256
+        assert seen["maxnreg"] == (64 if programs == 8 else 168)
+
+
 @pytest.mark.parametrize("name", ["retrace", "retrace_two_passes"])
 @pytest.mark.parametrize("num_actions", [1, 40])
 def test_retrace_walks_any_number_of_actions(name, num_actions, make_rollout):
