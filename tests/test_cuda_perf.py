@@ -161,11 +161,13 @@ BANDWIDTH_CASES = [
     pytest.param("vtrace", 4096, 4096, 0, 90, id="vtrace-4096x4096"),
     pytest.param("prefix_sum", 4096, 4096, 0, 90, id="prefix_sum-4096x4096"),
     pytest.param("eligibility_traces", 4096, 4096, 0, 90, id="eligibility-4096x4096"),
-    # few long rows (walked segments): figures from the benchmark's few-long-row run
-    pytest.param("gae", 8, 1 << 21, 0, 90, id="gae-8x2097152", marks=unmet("88.8% in the benchmark", "2026-12-05")),
-    pytest.param("gae", 1, 1 << 24, 0, 90, id="gae-1x16777216", marks=unmet("89.2% in the benchmark", "2026-12-05")),
+    # few long rows (walked segments). GAE (88.8% at 8x2^21, 89.2% at 1x2^24) and V-trace at 1x2^24 (88.7%) read
+    # under the target in the benchmark on an H200, 2026-12-05, but within the noise margin: unmarked, so that a
+    # loss below the margin fails
+    pytest.param("gae", 8, 1 << 21, 0, 90, id="gae-8x2097152"),
+    pytest.param("gae", 1, 1 << 24, 0, 90, id="gae-1x16777216"),
     pytest.param("vtrace", 8, 1 << 21, 0, 90, id="vtrace-8x2097152"),
-    pytest.param("vtrace", 1, 1 << 24, 0, 90, id="vtrace-1x16777216", marks=unmet("88.7% in the benchmark", "2026-12-05")),
+    pytest.param("vtrace", 1, 1 << 24, 0, 90, id="vtrace-1x16777216"),
     pytest.param("lambda_returns", 8, 1 << 21, 0, 90, id="lambda_returns-8x2097152"),
     pytest.param("lambda_returns", 1, 1 << 24, 0, 90, id="lambda_returns-1x16777216"),
     pytest.param("discounted_returns", 8, 1 << 21, 0, 90, id="discounted-8x2097152"),

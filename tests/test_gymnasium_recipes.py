@@ -5,7 +5,7 @@ resets its sub-environments itself (next-step and same-step autoreset) and calls
 sub-environment is wrapped to record its real transitions (observation, reward, true next observation, flags),
 which the vector environment's resets never pass through, and the page's advantages are checked against GAE
 computed per episode from those records in float64. CartPole's episodes are cut at 13 steps, so truncations and
-terminations both occur. Both backends run the page's ``compute_gae`` (the Triton kernels under the interpreter on a
+terminations both occur, and steps that terminate at the limit, which Gymnasium flags truncated too. Both backends run the page's ``compute_gae`` (the Triton kernels under the interpreter on a
 CPU).
 """
 
@@ -86,6 +86,8 @@ def test_the_pages_gymnasium_rollouts_give_per_episode_gae(backend, monkeypatch,
     # make_vec builds its sub-environments through registration.make; the same-step example calls gym.make
     monkeypatch.setattr(registration, "make", make_recorded)
     monkeypatch.setattr(gym, "make", make_recorded)
+    # the calls check their inputs: no step flagged both terminated and truncated, no stray bootstrap value
+    monkeypatch.setenv("RL_TRITON_CORRECTNESS_WARNINGS", "1")
     torch.manual_seed(0)
     value_net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     actions = torch.Generator().manual_seed(1)
@@ -96,8 +98,10 @@ def test_the_pages_gymnasium_rollouts_give_per_episode_gae(backend, monkeypatch,
     advantages, truncateds, terminateds = namespace["advantages"], namespace["truncateds"], namespace["terminateds"]
     num_steps, num_envs = advantages.shape
     assert (num_steps, num_envs) == (128, 8) and len(records) == num_envs
-    # the rollout holds what the test is for: truncations and terminations
+    # the rollout holds what the test is for: truncations, terminations, and steps that terminate at the time
+    # limit, which Gymnasium flags truncated too
     assert truncateds.sum() >= 8 and terminateds.sum() >= 8
+    assert any(t[3] and t[4] for transitions in records for t in transitions)
     valid = namespace["valid"] if filler_steps else torch.ones_like(truncateds)
     if filler_steps:
         # one filler step after each episode end but the window's last

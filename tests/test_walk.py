@@ -165,10 +165,19 @@ def test_time_major_walks(name, look_behind, make_rollout):
     assert_outputs_rel(out, expected, TOLERANCE[torch.float32])
 
 
-def test_long_rows_plan_walked_segments(monkeypatch):
+@pytest.fixture
+def h200_multiprocessors(monkeypatch):
+    """Plans made as for an H200's 132 multiprocessors; plans cached for another count serve neither these tests
+    nor, after them, others."""
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+    yield
+    _launch._default_plan.cache_clear()
+
+
+def test_long_rows_plan_walked_segments(h200_multiprocessors):
     """Default plans walk segments of 8 or more chunks, one per resident program; shorter rows
     keep one chunk per program."""
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
     cpu = torch.device("cpu")
 
     def plan(rows, seq_len, walk, heavy=False, **options):
@@ -185,8 +194,8 @@ def test_long_rows_plan_walked_segments(monkeypatch):
     eight_rows = plan(8, 1 << 21, _launch._EPISODIC_WALK)
     assert eight_rows.walk and eight_rows.block_time == 512 and eight_rows.segment_chunks == 32
     assert eight_rows.grid == (8 * 128,)  # 8 x 132 programs asked, 4096 chunks per row in segments of 32
-    # eligibility traces and prefix sums walk 2048-step chunks, 3 programs per multiprocessor, where
-    # segments still hold 8 of them
+    # a long walk (eligibility traces and prefix sums of steps other than 4 bytes): 2048-step chunks, 3
+    # programs per multiprocessor, where segments still hold 8 of them
     long_walk = {"walk_split": _launch._EPISODIC_WALK, "long_walk_split": _launch._EPISODIC_LONG_WALK}
     eight_rows = _launch.plan_tiles(8, 1 << 21, False, cpu, heavy=False, element_bytes=4, **long_walk)
     assert eight_rows.walk and eight_rows.block_time == 2048 and eight_rows.segment_chunks == 21
@@ -232,13 +241,13 @@ def test_long_rows_plan_walked_segments(monkeypatch):
 @pytest.mark.parametrize("values, flags, chunk_steps, programs", [
     (torch.float32, torch.bool, 512, 8),  # 4-byte steps: the walk of 512-step chunks, 8 programs each
     (torch.float32, torch.float32, 512, 8),
-    (torch.bfloat16, torch.uint8, 2048, 3),  # 2-byte steps keep the long walk
+    (torch.bfloat16, torch.uint8, 2048, 3),  # steps of 2 bytes at most keep the long walk
 ])
-def test_episodic_scans_of_long_rows_walk_by_step_size(monkeypatch, values, flags, chunk_steps, programs):
-    """Eligibility traces and prefix sums of 8 x 2^21 float32 steps walk 512-step chunks (8 programs per
-    multiprocessor), not the long walk's 2048 (3), which was slower with the look-behind (_launch:
-    _EPISODIC_LONG_WALK); bf16 steps keep the long walk."""
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
+def test_episodic_scans_of_long_rows_walk_by_step_size(h200_multiprocessors, monkeypatch, values, flags,
+                                                       chunk_steps, programs):
+    """Eligibility traces and prefix sums of 8 x 2^21 steps of 4 bytes (the widest of values, flags and output)
+    walk 512-step chunks (8 programs per multiprocessor), not the long walk's 2048 (3), which was slower with the
+    look-behind (_launch: _EPISODIC_LONG_WALK); bf16 values with uint8 flags keep the long walk."""
     seen = {}
     monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta, grid=grid))
     rows, seq_len = 8, 1 << 21

@@ -442,8 +442,9 @@ _EPISODIC_WALK = (512, 8)
 # Eligibility traces and prefix sums of 4-byte steps no longer take it: with the look-behind (below) their
 # 512-step walks of 8 programs read faster, % of the copy ceiling at 8x2^21 / 1x2^24 on an H200, 2048 and 3
 # -> 512 and 8 (benchmarks/results/h200-2026-12-05-run43-walk-sweep.txt): eligibility traces 81.3 / 81.6 ->
-# 83.4 / 84.9, prefix sums 81.4 / 81.1 -> 83.8 / 84.5 (1024 and 4 or 6: 82.0-83.9). Other step sizes keep it
-# (unmeasured with the look-behind).
+# 83.4 / 84.9, prefix sums 81.4 / 81.1 -> 83.8 / 84.5 (1024 and 4 or 6: 82.0-83.9). A step's size is that of
+# the widest of values, flags and output (_element_bytes): other sizes (bf16 or fp16 values with 1-byte flags,
+# float64) keep it, unmeasured with the look-behind.
 _EPISODIC_LONG_WALK = (2048, 3)
 _VTRACE_WALK = (512, 6)
 # Steps of 2 bytes (bf16/fp16 values with bool/uint8 flags) walk 1024-step chunks, where segments still
