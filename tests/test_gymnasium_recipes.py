@@ -5,7 +5,8 @@ resets its sub-environments itself (next-step and same-step autoreset) and calls
 sub-environment is wrapped to record its real transitions (observation, reward, true next observation, flags),
 which the vector environment's resets never pass through, and the page's advantages are checked against GAE
 computed per episode from those records in float64. CartPole's episodes are cut at 13 steps, so truncations and
-terminations both occur, and steps that terminate at the limit, which Gymnasium flags truncated too. Both backends run the page's ``compute_gae`` (the Triton kernels under the interpreter on a
+terminations both occur, and steps that terminate at the limit, which Gymnasium flags truncated too. The same
+buffers then go to lambda-returns and V-trace, as the page says they can. Both backends run the page's ``compute_gae`` (the Triton kernels under the interpreter on a
 CPU).
 """
 
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+import rl_triton
 
 gym = pytest.importorskip("gymnasium")
 registration = pytest.importorskip("gymnasium.envs.registration")
@@ -112,3 +115,18 @@ def test_the_pages_gymnasium_rollouts_give_per_episode_gae(backend, monkeypatch,
         expected = _episode_gae(transitions, value_net)
         got = advantages[:, env][valid[:, env]].double()
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+    # the page's "same buffers for the other estimators": lambda-returns from next_values as it builds them equal
+    # GAE + V, and V-trace on-policy with unclipped ratios gives vs - V = GAE with lambda = 1, at every step
+    values, rewards = namespace["values"], namespace["rewards"]
+    bootstrap_values = namespace["bootstrap_values"]
+    next_values = torch.cat([values[1:], namespace["value_after_window"][None]])
+    lambda_returns = rl_triton.compute_lambda_returns(rewards, next_values, terminateds, truncateds, gamma=GAMMA,
+                                                      lambda_=LAMBDA, bootstrap_values=bootstrap_values, time_dim=0)
+    torch.testing.assert_close(lambda_returns, advantages + values, rtol=1e-5, atol=1e-5)
+    log_pi = torch.zeros_like(rewards)
+    vs, _ = rl_triton.compute_vtrace(log_pi, log_pi, values, rewards, terminateds, truncateds, gamma=GAMMA,
+                                     bootstrap_values=bootstrap_values, time_dim=0)
+    monte_carlo = rl_triton.compute_gae(rewards, values, terminateds, truncateds, gamma=GAMMA, lambda_=1.0,
+                                        bootstrap_values=bootstrap_values, time_dim=0)
+    torch.testing.assert_close(vs - values, monte_carlo, rtol=1e-5, atol=1e-5)
