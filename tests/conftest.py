@@ -435,16 +435,22 @@ def backend(request: pytest.FixtureRequest):
         yield name
 
 
-@pytest.fixture
-def four_multiprocessors(monkeypatch: pytest.MonkeyPatch):
-    """Plans made as for a GPU of 4 multiprocessors on every device (walked segments at small sizes)."""
+def plans_for_multiprocessors(monkeypatch: pytest.MonkeyPatch, count: int):
+    """Plans made as for a GPU of ``count`` multiprocessors on every device, for the body of a fixture that
+    yields from this."""
     from rl_triton import _launch
 
     # plans are cached per shape: none planned for another count may serve these tests, nor theirs others
     _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 4)
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: count)
     yield
     _launch._default_plan.cache_clear()
+
+
+@pytest.fixture
+def four_multiprocessors(monkeypatch: pytest.MonkeyPatch):
+    """Plans made as for a GPU of 4 multiprocessors on every device (walked segments at small sizes)."""
+    yield from plans_for_multiprocessors(monkeypatch, 4)
 
 
 @pytest.fixture

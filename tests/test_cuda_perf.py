@@ -161,9 +161,9 @@ BANDWIDTH_CASES = [
     pytest.param("vtrace", 4096, 4096, 0, 90, id="vtrace-4096x4096"),
     pytest.param("prefix_sum", 4096, 4096, 0, 90, id="prefix_sum-4096x4096"),
     pytest.param("eligibility_traces", 4096, 4096, 0, 90, id="eligibility-4096x4096"),
-    # few long rows (walked segments). GAE (88.8% at 8x2^21, 89.2% at 1x2^24) and V-trace at 1x2^24 (88.7%) read
-    # under the target in the benchmark on an H200, 2026-12-05, but within the noise margin: unmarked, so that a
-    # loss below the margin fails
+    # few long rows (walked segments). GAE (86.4% at 8x2^21, 88.2% at 1x2^24) and V-trace at 1x2^24 (87.3%) read
+    # under the target in benchmarks/tune.py on an H200, 2026-12-05, but within the noise margin: unmarked, so that
+    # a loss below the margin fails
     pytest.param("gae", 8, 1 << 21, 0, 90, id="gae-8x2097152"),
     pytest.param("gae", 1, 1 << 24, 0, 90, id="gae-1x16777216"),
     pytest.param("vtrace", 8, 1 << 21, 0, 90, id="vtrace-8x2097152"),
@@ -173,13 +173,13 @@ BANDWIDTH_CASES = [
     pytest.param("discounted_returns", 8, 1 << 21, 0, 90, id="discounted-8x2097152"),
     pytest.param("discounted_returns", 1, 1 << 24, 0, 90, id="discounted-1x16777216"),
     pytest.param("eligibility_traces", 8, 1 << 21, 0, 90, id="eligibility-8x2097152",
-                 marks=unmet("83.4% in benchmarks/tune.py", "2026-12-05")),
+                 marks=unmet("81.3% in benchmarks/tune.py", "2026-12-05")),
     pytest.param("eligibility_traces", 1, 1 << 24, 0, 90, id="eligibility-1x16777216",
-                 marks=unmet("84.9% in benchmarks/tune.py", "2026-12-05")),
+                 marks=unmet("81.6% in benchmarks/tune.py", "2026-12-05")),
     pytest.param("prefix_sum", 8, 1 << 21, 0, 90, id="prefix_sum-8x2097152",
-                 marks=unmet("83.8% in benchmarks/tune.py", "2026-12-05")),
+                 marks=unmet("81.4% in benchmarks/tune.py", "2026-12-05")),
     pytest.param("prefix_sum", 1, 1 << 24, 0, 90, id="prefix_sum-1x16777216",
-                 marks=unmet("84.5% in benchmarks/tune.py", "2026-12-05")),
+                 marks=unmet("81.1% in benchmarks/tune.py", "2026-12-05")),
     pytest.param("retrace", 16384, 512, 4, 75, id="retrace4-16384x512"),
     pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024"),
     pytest.param("retrace", 8, 1 << 21, 4, 75, id="retrace4-8x2097152"),
