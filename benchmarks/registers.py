@@ -94,8 +94,9 @@ class Residency:
     programs_per_multiprocessor: int
     layout: str = "float32"
     # the plan's register cap (None: the compiler's choice) and the bytes per thread ptxas spilled under it
+    # (None: not asked for, ``--registers-only``)
     register_cap: int | None = None
-    spilled_bytes: int = 0
+    spilled_bytes: int | None = 0
 
     @property
     def registers_needed(self) -> int:
@@ -197,6 +198,47 @@ def ptxas_registers(launch: Launch) -> tuple[int, int]:
     return int(found.group(1)), int(spilled.group(1))
 
 
+# EIATTR_REGCOUNT: a kernel's registers per thread, among the attributes of a cubin's ``.nv.info`` section
+_REGISTER_COUNT_ATTRIBUTE = 0x2F
+
+
+def _sections(cubin: bytes) -> dict[bytes, bytes]:
+    """The sections of a cubin (an ELF64 file) by name."""
+    (section_headers,) = struct.unpack_from("<Q", cubin, 0x28)
+    header_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
+    # (name, type, flags, address, offset, size, link, info, alignment, entry size)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, section_headers + index * header_size)
+               for index in range(count)]
+    names = headers[names_index][4]
+    sections = {}
+    for header in headers:
+        start = names + header[0]
+        sections[cubin[start:cubin.index(b"\0", start)]] = cubin[header[4]:header[4] + header[5]]
+    return sections
+
+
+def cubin_registers(cubin: bytes) -> int:
+    """Registers per thread of a cubin's one kernel, as ptxas recorded them in its ``.nv.info`` section
+    (attributes of a format byte, a type byte and a value: format 4 a 16-bit length and that many bytes,
+    formats 1-3 two bytes, none, one or a 16-bit value; a register count is a symbol index and a count, 32
+    bits each)."""
+    info, position, counts = _sections(cubin)[b".nv.info"], 0, []
+    while position < len(info):
+        form, attribute = info[position], info[position + 1]
+        if form == 4:
+            (size,) = struct.unpack_from("<H", info, position + 2)
+            if attribute == _REGISTER_COUNT_ATTRIBUTE:
+                counts.append(struct.unpack_from("<II", info, position + 4)[1])
+            position += 4 + size
+        elif form in (1, 2, 3):
+            position += 4
+        else:
+            raise ValueError(f"unknown .nv.info attribute format {form} at byte {position}")
+    if len(counts) != 1:
+        raise ValueError(f"expected one register count in the cubin, found {counts}")
+    return counts[0]
+
+
 LAYOUTS = ("float32", "time-major", "bf16")
 # shapes whose calls take every kind of plan: short rows in one chunk, time-major splits of one chunk per
 # program (512x1024), batch-major splits and short walks, long walks, and more blocks of look-back
@@ -253,9 +295,12 @@ def walking_calls(num_rows: int, seq_len: int, layout: str = "float32") -> dict[
     }
 
 
-def walk_residency(shapes: tuple[tuple[int, int], ...] | None = None, layout: str = "float32") -> list[Residency]:
+def walk_residency(shapes: tuple[tuple[int, int], ...] | None = None, layout: str = "float32",
+                   spills: bool = True) -> list[Residency]:
     """Registers and resident programs of every walked-segment launch of the benchmark's calls (by
-    default at ``SHAPES``, or ``TIME_MAJOR_SHAPES`` for the time-major layout)."""
+    default at ``SHAPES``, or ``TIME_MAJOR_SHAPES`` for the time-major layout). ``spills``: also the bytes
+    ptxas spills, from a ptxas run of its own for each kernel; without, the registers are read from the
+    compiled kernel (a check against ptxas on the first)."""
     if shapes is None:
         shapes = TIME_MAJOR_SHAPES if layout == "time-major" else SHAPES
     rows = []
@@ -267,7 +312,13 @@ def walk_residency(shapes: tuple[tuple[int, int], ...] | None = None, layout: st
                 if not launch.meta.get("WALK"):
                     continue
                 programs = launch.grid[0]
-                registers, spilled = ptxas_registers(launch)
+                if spills:
+                    registers, spilled = ptxas_registers(launch)
+                else:
+                    registers, spilled = cubin_registers(_sm90_kernel(launch).asm["cubin"]), None
+                    if not rows and registers != ptxas_registers(launch)[0]:
+                        raise RuntimeError(f"{launch.kernel.__name__}: the cubin's register count {registers} is "
+                                           f"not ptxas's {ptxas_registers(launch)[0]}")
                 rows.append(Residency(estimator, shape, launch.kernel.__name__, registers,
                                       launch.meta["num_warps"], programs,
                                       math.ceil(programs / H200_MULTIPROCESSORS), layout,
@@ -374,18 +425,7 @@ _OFFSET = re.compile(r"^\s+/\*([0-9a-f]+)\*/")
 
 def _code(cubin: bytes) -> bytes:
     """The instructions of a cubin (an ELF64 file): its ``.text.*`` sections, in order."""
-    (section_headers,) = struct.unpack_from("<Q", cubin, 0x28)
-    header_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
-    # (name, type, flags, address, offset, size, link, info, alignment, entry size)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, section_headers + index * header_size)
-               for index in range(count)]
-    names = headers[names_index][4]
-
-    def name(header: tuple) -> bytes:
-        start = names + header[0]
-        return cubin[start:cubin.index(b"\0", start)]
-
-    return b"".join(cubin[header[4]:header[4] + header[5]] for header in headers if name(header).startswith(b".text."))
+    return b"".join(code for name, code in _sections(cubin).items() if name.startswith(b".text."))
 
 
 def _disassemble(cubin: bytes) -> str:
@@ -444,6 +484,9 @@ def main() -> None:
     parser.add_argument("--layouts", default="float32",
                         help=f"comma-separated subset of {','.join(LAYOUTS)} (default float32, as the tests check); "
                              "--sass also takes bf16-time-major (bf16 values with uint8 flags stored [T, N])")
+    parser.add_argument("--registers-only", action="store_true",
+                        help="read the walks' registers from their compiled kernels, without spilled bytes (no second "
+                             "ptxas run per kernel)")
     parser.add_argument("--compile-all", action="store_true",
                         help="compile every distinct launch of many calls for sm_90a; fail if any does not compile")
     parser.add_argument("--sass", default="",
@@ -499,7 +542,7 @@ def main() -> None:
     layouts = args.layouts.split(",")
     if unknown := set(layouts) - set(LAYOUTS):
         parser.error(f"unknown layouts {sorted(unknown)}; expected {', '.join(LAYOUTS)}")
-    rows = [row for layout in layouts for row in walk_residency(layout=layout)]
+    rows = [row for layout in layouts for row in walk_residency(layout=layout, spills=not args.registers_only)]
     if args.json:
         print(json.dumps([{**dataclasses.asdict(row), "registers_needed": row.registers_needed, "fits": row.fits}
                           for row in rows]))
@@ -512,7 +555,7 @@ def main() -> None:
         shape = f"{row.shape[0]}x{row.shape[1]}"
         cap = "-" if row.register_cap is None else str(row.register_cap)
         print(f"{row.layout:10s} {row.estimator:20s} {shape:>11s} {row.kernel:24s} {cap:>4s} {row.registers:9d} "
-              f"{row.spilled_bytes:7d} {row.warps:5d} {row.programs:8d} {row.programs_per_multiprocessor:6d} "
+              f"{'-' if row.spilled_bytes is None else row.spilled_bytes:>7} {row.warps:5d} {row.programs:8d} {row.programs_per_multiprocessor:6d} "
               f"{row.registers_needed:16d}  {'yes' if row.fits else 'NO'}")
 
 

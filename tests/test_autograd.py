@@ -105,6 +105,19 @@ def test_gradcheck(backend, estimator: str) -> None:
                                         fast_mode=fast)
 
 
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_gradgradcheck(backend, estimator: str) -> None:
+    """Gradients of gradients (``create_graph=True``), for a gradient penalty or a meta-gradient: the
+    recurrence's backward is differentiable in turn, and the fused kernels' gradients, which depend on the
+    incoming gradient alone, are recorded through the differentiable adjoint."""
+    x = _inputs(100 + ESTIMATORS.index(estimator), seq_len=5)
+    fn, names = _cases(x)[estimator]
+    fast = DEVICE == "cpu" and backend == "triton"
+    with _launch.tile_override(block_rows=1, block_time=4, split=True):
+        assert torch.autograd.gradgradcheck(fn, tuple(x[n] for n in names), eps=1e-6, atol=1e-6, rtol=1e-5,
+                                            fast_mode=fast)
+
+
 def test_gradients_flow_only_where_asked() -> None:
     """Detached inputs take the fused kernels; the result is the same and has no graph."""
     x = _inputs(7)

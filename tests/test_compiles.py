@@ -71,21 +71,46 @@ def instruction(words: tuple[int, int], guard: int = 7) -> bytes:
     return struct.pack("<QQ", low & ~0xF000 | guard << 12, high)
 
 
-def elf_with_code(*sections: bytes) -> bytes:
-    """An ELF64 file holding ``sections`` as ``.text.*`` sections, as a cubin holds a kernel's code."""
-    names = b"\0.shstrtab\0" + b"".join(b".text.kernel%d\0" % index for index in range(len(sections)))
-    body = names + b"".join(sections)
+def elf_with_sections(sections: dict[bytes, bytes]) -> bytes:
+    """An ELF64 file holding ``sections`` (by name), as a cubin holds a kernel's code and attributes."""
+    names = b"\0.shstrtab\0" + b"".join(name + b"\0" for name in sections)
+    body = names + b"".join(sections.values())
     section_headers = 64 + len(body)
     headers = [struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
                struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(names), 0, 0, 1, 0)]
     name, offset = len(b"\0.shstrtab\0"), 64 + len(names)
-    for index, code in enumerate(sections):
-        headers.append(struct.pack("<IIQQQQIIQQ", name, 1, 6, 0, offset, len(code), 0, 0, 128, 0))
-        name += len(b".text.kernel%d\0" % index)
-        offset += len(code)
+    for section_name, content in sections.items():
+        headers.append(struct.pack("<IIQQQQIIQQ", name, 1, 6, 0, offset, len(content), 0, 0, 128, 0))
+        name += len(section_name) + 1
+        offset += len(content)
     header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01", 2, 190, 1, 0, 0, section_headers, 0, 64, 0, 0,
                          64, len(headers), 1)
     return header + body + b"".join(headers)
+
+
+def elf_with_code(*sections: bytes) -> bytes:
+    """An ELF64 file holding ``sections`` as ``.text.*`` sections, as a cubin holds a kernel's code."""
+    return elf_with_sections({b".text.kernel%d" % index: code for index, code in enumerate(sections)})
+
+
+def test_register_counts_are_read_from_a_cubins_attributes():
+    """``registers.py --registers-only`` reads a kernel's registers from its cubin's ``.nv.info``
+    attributes (the count, 0x2f, among others of every format) instead of running ptxas again."""
+    registers = benchmark_module("registers.py")
+
+    def attribute(form: int, kind: int, value: bytes = b"") -> bytes:
+        if form == 4:
+            return bytes((form, kind)) + struct.pack("<H", len(value)) + value
+        return bytes((form, kind)) + value
+
+    frame = attribute(4, 0x11, struct.pack("<II", 10, 16))
+    count = attribute(4, 0x2F, struct.pack("<II", 10, 161))
+    others = attribute(3, 0x1B, b"\xa8\x00") + attribute(2, 0x50, b"\x07\x00") + attribute(1, 0x0A, b"\x00\x00")
+    code = {b".text.kernel": instruction(NOP)}
+    assert registers.cubin_registers(elf_with_sections({**code, b".nv.info": frame + count + others})) == 161
+    assert registers.cubin_registers(elf_with_sections({b".nv.info": others + count, **code})) == 161
+    with pytest.raises(ValueError, match="one register count"):
+        registers.cubin_registers(elf_with_sections({**code, b".nv.info": frame + others}))
 
 
 def test_guarded_warp_collectives_names_the_cubins_that_hold_them():

@@ -3,6 +3,8 @@ arithmetic as the loop stepped in PyTorch, so the same results bit for bit, and 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -55,6 +57,22 @@ def test_numpy_steps_of_tensors_that_require_grad(gen):
     a.requires_grad_(True)
     with torch.no_grad():
         assert torch.equal(_loop.backward_loop(a, b, carry), _torch_steps(a.detach(), b, carry, True))
+
+
+def test_numpy_steps_pass_nan_and_inf_without_warnings(gen):
+    """NaN and inf pass through the numpy steps as through PyTorch's, and numpy warns of nothing (its
+    floating-point warnings would tell a user of the reference path of overflows PyTorch keeps silent)."""
+    a, b, carry = _operands(gen, 3, 9, torch.float32, "contiguous")
+    inf = float("inf")
+    # 0 * inf in a product, inf - inf in a sum (both NaN), a NaN input and an infinite carry
+    a[0, 4], b[0, 3] = inf, 0.0
+    a[1, 5], a[1, 4] = inf, -inf
+    a[2, 2], carry[2] = float("nan"), -inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _loop.backward_loop(a, b, carry)
+    assert out.isnan().any() and out.isinf().any()
+    torch.testing.assert_close(out, _torch_steps(a, b, carry, True), rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("case", ["wider carry", "bfloat16", "meta"])

@@ -5,7 +5,8 @@ that adds registers can silently halve a walk's speed (benchmarks/NOTES.md, "Fif
 the plans cap the walks' registers at their share (a changed plan must keep that share).
 ``benchmarks/registers.py`` compiles the walking kernels of the benchmark's calls (float32,
 time-major float32, bf16 values with uint8 flags) for sm_90a with Triton's bundled ptxas (no GPU
-needed) and counts the registers their programs take per multiprocessor. It runs in a process of its own: under ``TRITON_INTERPRET`` Triton compiles nothing.
+needed) and counts the registers their programs take per multiprocessor (``--registers-only``: read from the
+compiled kernels, as ptxas recorded them there). It runs in a process of its own: under ``TRITON_INTERPRET`` Triton compiles nothing.
 """
 
 import fcntl
@@ -54,7 +55,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def residency(tmp_path_factory):
-    # the script runs ptxas on 60 kernels (half a minute of a CPU): once for a whole test run, whose
+    # the script compiles 60 kernels (a minute of a CPU; their registers are read from the compiled kernels,
+    # without a second ptxas run each): once for a whole test run, whose
     # pytest-xdist workers share the parent of their base temporary folders (one folder per run)
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -63,7 +65,8 @@ def residency(tmp_path_factory):
         fcntl.flock(lock, fcntl.LOCK_EX)
         found = shared / "residency.json"
         if not found.exists():
-            result = run_benchmark_script("registers.py", "--json", "--layouts", ",".join(LAYOUTS), timeout=600)
+            result = run_benchmark_script("registers.py", "--json", "--registers-only", "--layouts", ",".join(LAYOUTS),
+                                          timeout=600)
             assert result.returncode == 0, result.stderr[-2000:]
             found.write_text(result.stdout)
         rows = json.loads(found.read_text())

@@ -23,7 +23,15 @@ import torch
 
 from rl_triton import _library, reference
 from rl_triton._dispatch import use_triton
-from rl_triton.reference._loop import backward_loop, compute_dtype, flag, forward_loop, shift_next, shift_previous
+from rl_triton.reference._loop import (
+    backward_loop,
+    compute_dtype,
+    flag,
+    forward_loop,
+    forward_recurrence,
+    shift_next,
+    shift_previous,
+)
 
 
 def solve(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward: bool) -> torch.Tensor:
@@ -41,6 +49,9 @@ def solve(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward
 
 
 class LinearRecurrence(torch.autograd.Function):
+    """The recurrence as one op. Its backward is differentiable in turn (the adjoint is this op again, and
+    the rest elementwise PyTorch), so gradients of gradients (``create_graph=True``) are exact."""
+
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor, backward: bool) -> torch.Tensor:
         x = solve(a, b, carry, backward)
@@ -52,21 +63,27 @@ class LinearRecurrence(torch.autograd.Function):
     def backward(ctx: Any, grad_x: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         b, carry, x = ctx.saved_tensors
         if ctx.backward_direction:
-            adjoint = solve(grad_x, shift_previous(b), None, backward=False)
+            adjoint = _adjoint(grad_x, shift_previous(b), backward=False)
             grad_b = adjoint * shift_next(x, carry)
             grad_carry = adjoint[:, -1] * b[:, -1]
         else:
-            adjoint = solve(grad_x, shift_next(b), None, backward=True)
+            adjoint = _adjoint(grad_x, shift_next(b), backward=True)
             grad_b = adjoint * _shift_previous_from(x, carry)
             grad_carry = adjoint[:, 0] * b[:, 0]
         return adjoint, grad_b, grad_carry, None
 
 
+def _adjoint(grad: torch.Tensor, decay: torch.Tensor, backward: bool) -> torch.Tensor:
+    """The adjoint recurrence: a plain solve, or, while autograd records a backward (``create_graph=True``)
+    that depends on its inputs, the differentiable op."""
+    if torch.is_grad_enabled() and (grad.requires_grad or decay.requires_grad):
+        return LinearRecurrence.apply(grad, decay, torch.zeros_like(grad[:, 0]), backward)
+    return solve(grad, decay, None, backward)
+
+
 def _shift_previous_from(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)
-    out[:, 1:] = x[:, :-1]
-    out[:, 0] = first
-    return out
+    """x shifted one step later in time, ``first`` at step 0 (differentiable)."""
+    return torch.cat((first.unsqueeze(1), x[:, :-1]), dim=1)
 
 
 def _step_gradient(like: torch.Tensor, dtype: torch.dtype | None, time_major: bool) -> torch.Tensor:
@@ -133,11 +150,12 @@ def _gae_backward_loop(
     gamma: float, lambda_: float, rewards_dtype: torch.dtype | None, values_dtype: torch.dtype | None,
     bootstrap_values_dtype: torch.dtype | None, last_value_dtype: torch.dtype | None, scan_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``_gae_backward`` by the plain time loop (compiled graphs on the reference path)."""
+    """``_gae_backward`` by the plain time loop (compiled graphs on the reference path), or composed of
+    differentiable ops where autograd records it (gradients of gradients)."""
     grad = grad_advantages.to(scan_dtype)
     terminated = flag(terminateds, grad)
     not_done = 1.0 - torch.maximum(terminated, flag(truncateds, grad))
-    adjoint = forward_loop(grad, shift_previous(gamma * lambda_ * not_done), torch.zeros_like(grad[:, 0]))
+    adjoint = forward_recurrence(grad, shift_previous(gamma * lambda_ * not_done), torch.zeros_like(grad[:, 0]))
     bootstrap_weight = gamma * (1.0 - terminated)
     return (
         _cast_or_placeholder(adjoint, rewards_dtype),
@@ -152,11 +170,12 @@ def _returns_backward_loop(
     gamma: float, lambda_: float, rewards_dtype: torch.dtype | None, next_values_dtype: torch.dtype | None,
     bootstrap_values_dtype: torch.dtype | None, scan_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``_returns_backward`` by the plain time loop (compiled graphs on the reference path)."""
+    """``_returns_backward`` by the plain time loop (compiled graphs on the reference path), or composed of
+    differentiable ops where autograd records it (gradients of gradients)."""
     grad = grad_returns.to(scan_dtype)
     truncated = flag(truncateds, grad)
     not_done = 1.0 - torch.maximum(flag(terminateds, grad), truncated)
-    adjoint = forward_loop(grad, shift_previous(gamma * lambda_ * not_done), torch.zeros_like(grad[:, 0]))
+    adjoint = forward_recurrence(grad, shift_previous(gamma * lambda_ * not_done), torch.zeros_like(grad[:, 0]))
     grad_bootstrap = gamma * truncated * adjoint
     # the last column is also the carry G[T]
     grad_bootstrap[:, -1] += gamma * lambda_ * not_done[:, -1] * adjoint[:, -1]
@@ -214,8 +233,14 @@ class FusedGAE(torch.autograd.Function):
         terminateds, truncateds = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[6], ctx.needs_input_grad[7])
         dtypes = [dtype if needed else None for dtype, needed in zip(ctx.dtypes, needs)]
-        grads = _library.call(_gae_backward, _gae_backward_op, grad_advantages, terminateds, truncateds,
-                              ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
+        if torch.is_grad_enabled() and grad_advantages.requires_grad:
+            # gradients of gradients: GAE is linear in its differentiable inputs, so its gradients depend on
+            # the incoming gradient alone, through the adjoint recurrence (here differentiable)
+            grads = _gae_backward_loop(grad_advantages, terminateds, truncateds, ctx.gamma, ctx.lambda_, *dtypes,
+                                       ctx.scan_dtype)
+        else:
+            grads = _library.call(_gae_backward, _gae_backward_op, grad_advantages, terminateds, truncateds,
+                                  ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
         grad_rewards, grad_values, grad_bootstrap, grad_last = (_or_none(g, n) for g, n in zip(grads, needs))
         return grad_rewards, grad_values, None, None, None, None, grad_bootstrap, grad_last, None, None
 
@@ -241,8 +266,13 @@ class FusedReturns(torch.autograd.Function):
         terminateds, truncateds = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[6])
         dtypes = [dtype if needed else None for dtype, needed in zip(ctx.dtypes, needs)]
-        grads = _library.call(_returns_backward, _returns_backward_op, grad_returns, terminateds, truncateds,
-                              ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
+        if torch.is_grad_enabled() and grad_returns.requires_grad:
+            # gradients of gradients, as in FusedGAE (the returns are linear in their differentiable inputs)
+            grads = _returns_backward_loop(grad_returns, terminateds, truncateds, ctx.gamma, ctx.lambda_, *dtypes,
+                                           ctx.scan_dtype)
+        else:
+            grads = _library.call(_returns_backward, _returns_backward_op, grad_returns, terminateds, truncateds,
+                                  ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
         grad_rewards, grad_next_values, grad_bootstrap = (_or_none(g, n) for g, n in zip(grads, needs))
         return grad_rewards, grad_next_values, None, None, None, None, grad_bootstrap, None, None
 

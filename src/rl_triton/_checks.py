@@ -7,6 +7,8 @@ reads and comparisons, with the message built only when the check fails.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import os
 from collections.abc import Callable
 
@@ -110,6 +112,16 @@ def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
     )
 
 
+def without_negative_views(values: tuple) -> tuple:
+    """``values`` with each tensor that carries PyTorch's lazy negation bit (a view such as ``x.conj().imag``
+    of a complex ``x``) resolved, by a copy: the kernels read memory, where such a view's values are
+    stored negated. Under torch.compile the registered ops receive resolved tensors already."""
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_neg():
+            return tuple(item.resolve_neg() if isinstance(item, torch.Tensor) else item for item in values)
+    return values
+
+
 def same_shape(name: str, value: torch.Tensor, shape: torch.Size, reference_name: str, *, per_row: bool = False) -> None:
     if value.shape != shape:
         if per_row:
@@ -174,34 +186,43 @@ def scalar(
 ) -> float:
     """A real number in ``[low, high]`` as a Python float, or InputError/InputTypeError.
 
-    While torch.compile traces, floats are symbolic graph inputs (so new values do not recompile)
-    and pass unchecked. ``compiling`` is ``torch.compiler.is_compiling()`` when the caller already
-    knows it.
+    Python and NumPy numbers, and tensors of one element that do not require gradients (they are
+    read as numbers: no gradient reaches them). While torch.compile traces, a number is checked by
+    comparisons alone, which Dynamo guards on for a symbolic one as well; a tensor's value is
+    unknown there, so it passes unchecked. ``compiling`` is ``torch.compiler.is_compiling()`` when
+    the caller already knows it.
     """
-    if torch.compiler.is_compiling() if compiling is None else compiling:
-        return value  # type: ignore[return-value]
     # the common case, a finite float in range (NaN fails the comparisons and takes the long way)
     if type(value) is float and low <= value <= high and value != _INF:
         return value
     if isinstance(value, torch.Tensor):
+        if torch.compiler.is_compiling() if compiling is None else compiling:
+            return value  # type: ignore[return-value]
         if value.numel() != 1:
             raise InputTypeError(f"{name}: expected a number, got a tensor of shape {tuple(value.shape)}")
+        if value.requires_grad and torch.is_grad_enabled():
+            raise InputError(f"{name}: gradients with respect to {name} are not computed; pass a number or a "
+                             "tensor that does not require gradients")
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputTypeError(f"{name}: expected a float, got {type(value).__name__}")
     number = float(value)
-    finite_ok = math.isfinite(number) or (include_inf and number == math.inf)
-    if not finite_ok or not low <= number <= high:
+    # NaN fails the comparisons, and -inf the first (low is finite)
+    if not (low <= number <= high and (include_inf or number != _INF)):
         bound = "inf" if include_inf and high == math.inf else f"{high:g}"
-        raise InputError(f"{name}: expected a value in [{low:g}, {bound}], got {value!r}")
+        # Dynamo cannot format a symbolic number (without fullgraph, the call then runs eagerly and says it)
+        got = "" if (torch.compiler.is_compiling() if compiling is None else compiling) else f", got {number!r}"
+        raise InputError(f"{name}: expected a value in [{low:g}, {bound}]{got}")
     return number
 
 
 def time_dim(value: object, ndim: int) -> int:
     """A valid ``time_dim`` for ``ndim``-dimensional inputs, made non-negative."""
-    # bool is a subclass of int but not a valid dimension, hence the exact type test
-    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InputTypeError(f"time_dim: expected an int, got {type(value).__name__}")
+    # bool is a subclass of int but not a valid dimension; NumPy integers are Integral, not int
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise InputTypeError(f"time_dim: expected an int, got {type(value).__name__}")
+        value = operator.index(value)
     if not -ndim <= value < ndim:
         raise InputError(f"time_dim: expected a value in [{-ndim}, {ndim - 1}] for {ndim}-d inputs, got {value}")
     return value % ndim
@@ -248,7 +269,7 @@ def check_bootstrap_placement(
     stray = bootstrap_values != 0
     if truncateds is not None:
         stray = stray & (truncateds == 0)
-    stray = stray.narrow(time_dim, 0, bootstrap_values.shape[time_dim] - 1)
+    stray = stray.narrow(time_dim, 0, max(bootstrap_values.shape[time_dim] - 1, 0))
     if bool(stray.any()):
         count = int(stray.sum())
         effect = "added to the next-state value there" if added else "ignored there"

@@ -65,9 +65,14 @@ class RowLayout:
             self.time_major_output = before == 1 and after != 1
         self.empty_problem = self.seq_len == 0 or self.num_rows == 0
 
-    def empty(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """The (empty-problem) result of ``self.shape``."""
-        return torch.empty(self.shape, dtype=dtype, device=device)
+    def empty(self, dtype: torch.dtype, device: torch.device, *graph_inputs: torch.Tensor | None) -> torch.Tensor:
+        """The (empty-problem) result of ``self.shape``, in the autograd graph of those ``graph_inputs`` that
+        require gradients: backward then gives them zero gradients, as PyTorch's own operations do."""
+        result = torch.empty(self.shape, dtype=dtype, device=device)
+        for tensor in graph_inputs:
+            if tensor is not None and tensor.requires_grad:
+                result = result + tensor.sum().to(dtype)
+        return result
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """``[rows, T]`` view of a per-step tensor of ``self.shape``."""
@@ -99,6 +104,14 @@ class RowLayout:
         return _checks.matching(name, x, _checks.FLOAT_DTYPES, self.batch_shape, device, self.primary_name,
                                 per_row=True)
 
+    def from_differentiable_rows(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``from_rows`` for a result of the differentiable composition (the reference's PyTorch ops), which
+        lays out its results as they come: moved into the layout the kernels write (time-first in memory for
+        time-major outputs, time-last otherwise), by a copy where it differs."""
+        if self.time_major_output:
+            return self.from_rows(_dense(rows.t(), dtype).t(), dtype)
+        return self.from_rows(_dense(rows, dtype), dtype)
+
     def from_rows(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A ``[rows, T]`` result as a tensor of ``self.shape`` in ``dtype`` (differentiable; may be a view)."""
         if rows.dtype != dtype:
@@ -108,3 +121,9 @@ class RowLayout:
         if self._rows_are_transpose:
             return rows.t()
         return rows.view(*self.batch_shape, self.seq_len).movedim(-1, self.time_dim)
+
+
+def _dense(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in ``dtype``, dense in its dimension order: one copy at most (``Tensor.to`` with a memory
+    format does not copy where the dtype is already ``dtype``)."""
+    return x.to(dtype, memory_format=torch.contiguous_format) if x.dtype != dtype else x.contiguous()

@@ -105,14 +105,16 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
 
 
 class _PropertyMatcher:
-    """Whether tensors have the recorded tensors' shapes, strides, dtypes, devices and no gradient."""
+    """Whether tensors have the recorded tensors' shapes, strides, dtypes, devices, negation bits and no
+    gradient."""
 
     def __init__(self, *tensors: torch.Tensor) -> None:
         self.properties = [self._properties(tensor) for tensor in tensors]
 
     @staticmethod
     def _properties(tensor: torch.Tensor) -> tuple:
-        return tensor.shape, tensor.stride(), tensor.dtype, tensor.device, tensor.requires_grad, type(tensor)
+        return (tensor.shape, tensor.stride(), tensor.dtype, tensor.device, tensor.requires_grad, tensor.is_neg(),
+                type(tensor))
 
     def check(self, *tensors: torch.Tensor) -> bool:
         return [self._properties(tensor) for tensor in tensors] == self.properties

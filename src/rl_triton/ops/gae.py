@@ -87,12 +87,15 @@ def compute_gae(
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim, added=True)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, device)
+        return layout.empty(result_dtype, device, rewards, values, bootstrap_values, last_value)
     args = (
         layout.rows(rewards), layout.rows(values), layout.rows(terminateds), layout.rows_or_none(truncateds),
         gamma, lambda_, layout.rows_or_none(bootstrap_values), layout.per_row_or_none(last_value),
     )
+    if not compiling:
+        args = _checks.without_negative_views(args)
     if needs_grad(rewards, values, bootstrap_values, last_value):
-        return layout.from_rows(_autograd.gae(*args, result_dtype, layout.time_major_output), result_dtype)
+        return layout.from_differentiable_rows(_autograd.gae(*args, result_dtype, layout.time_major_output),
+                                               result_dtype)
     run = _library.gae_op if compiling else _library.gae
     return layout.from_rows(run(*args, result_dtype, layout.time_major_output), result_dtype)

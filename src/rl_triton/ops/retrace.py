@@ -104,15 +104,19 @@ def compute_retrace(
         _checks.check_positive("action_probs_behavior", action_probs_behavior)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, device), layout.empty(result_dtype, device)
+        graph_inputs = (action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards)
+        return layout.empty(result_dtype, device, *graph_inputs), layout.empty(result_dtype, device, *graph_inputs)
     args = (
         layout.rows_with_actions(action_probs_target), layout.rows(action_probs_behavior), layout.rows(q_values),
         layout.rows_with_actions(next_q_values_all), layout.rows(actions), layout.rows(rewards),
         layout.rows(terminateds), layout.rows(truncateds), gamma, lambda_, c_bar, rho_bar,
     )
+    if not compiling:
+        args = _checks.without_negative_views(args)
     if needs_grad(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards):
         targets, advantages = reference.compute_retrace(*args)
-    else:
-        run = _library.retrace_op if compiling else _library.retrace
-        targets, advantages = run(*args, result_dtype, layout.time_major_output)
+        return (layout.from_differentiable_rows(targets, result_dtype),
+                layout.from_differentiable_rows(advantages, result_dtype))
+    run = _library.retrace_op if compiling else _library.retrace
+    targets, advantages = run(*args, result_dtype, layout.time_major_output)
     return layout.from_rows(targets, result_dtype), layout.from_rows(advantages, result_dtype)

@@ -132,15 +132,17 @@ def _returns(
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim, added=False)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, device)
+        return layout.empty(result_dtype, device, rewards, next_values, bootstrap_values)
     rows = (layout.rows(rewards), layout.rows_or_none(next_values), layout.rows(terminateds))
     truncated_rows, bootstrap_rows = layout.rows_or_none(truncateds), layout.rows_or_none(bootstrap_values)
+    if not compiling:
+        *rows, truncated_rows, bootstrap_rows = _checks.without_negative_views((*rows, truncated_rows, bootstrap_rows))
     if needs_grad(rewards, next_values, bootstrap_values):
         result = _autograd.returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows, result_dtype,
                                    layout.time_major_output)
-    else:
-        run = _library.returns_op if compiling else _library.returns
-        result = run(*rows, truncated_rows, gamma, lambda_, bootstrap_rows, result_dtype, layout.time_major_output)
+        return layout.from_differentiable_rows(result, result_dtype)
+    run = _library.returns_op if compiling else _library.returns
+    result = run(*rows, truncated_rows, gamma, lambda_, bootstrap_rows, result_dtype, layout.time_major_output)
     return layout.from_rows(result, result_dtype)
 
 
@@ -207,15 +209,17 @@ def episodic_scan(
     result_dtype = _checks.out_dtype(out_dtype, inputs.dtype)
 
     if layout.empty_problem:
-        return layout.empty(result_dtype, device)
+        return layout.empty(result_dtype, device, inputs, seed_values)
     input_rows, done_rows, seed_rows = layout.rows(inputs), layout.rows(dones), layout.per_row_or_none(seed_values)
+    if not compiling:
+        input_rows, done_rows, seed_rows = _checks.without_negative_views((input_rows, done_rows, seed_rows))
     if needs_grad(inputs, seed_values):
         # resetting after the flag with any decay is the eligibility-trace recurrence ("ends_at" is decay 1)
         if reset_after_flag:
             result = reference.compute_eligibility_traces(input_rows, done_rows, decay, 1.0, seed_rows)
         else:
             result = reference.compute_episodic_prefix_sum(input_rows, done_rows, seed_rows, "starts_at")
-    else:
-        run = _library.episodic_scan_op if compiling else _library.episodic_scan
-        result = run(input_rows, done_rows, seed_rows, decay, reset_after_flag, result_dtype, layout.time_major_output)
+        return layout.from_differentiable_rows(result, result_dtype)
+    run = _library.episodic_scan_op if compiling else _library.episodic_scan
+    result = run(input_rows, done_rows, seed_rows, decay, reset_after_flag, result_dtype, layout.time_major_output)
     return layout.from_rows(result, result_dtype)

@@ -75,11 +75,13 @@ def _time_loop(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor, steps: Ite
     if _numpy_steps_possible(a, b, carry):
         a_array, b_array, x = (tensor.detach().resolve_neg().numpy() for tensor in (a, b, carry))
         out_array = np.empty_like(a_array)
-        for t in steps:
-            column = out_array[:, t]
-            np.multiply(b_array[:, t], x, out=column)
-            np.add(a_array[:, t], column, out=column)
-            x = column
+        # NaN and inf pass through as in PyTorch's steps, without numpy's floating-point warnings
+        with np.errstate(all="ignore"):
+            for t in steps:
+                column = out_array[:, t]
+                np.multiply(b_array[:, t], x, out=column)
+                np.add(a_array[:, t], column, out=column)
+                x = column
         return torch.from_numpy(out_array)
     out = torch.empty_like(a)
     x = carry

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from rl_triton._checks import InputError
 from rl_triton.reference._loop import compute_dtype, flag, forward_recurrence, shift_previous
 
 
@@ -22,6 +23,6 @@ def compute_episodic_prefix_sum(
     elif boundary == "starts_at":
         keep = 1.0 - flags
     else:
-        raise ValueError(f"boundary must be 'ends_at' or 'starts_at', got {boundary!r}")
+        raise InputError(f"boundary: expected 'ends_at' or 'starts_at', got {boundary!r}")
     seed = torch.zeros_like(inputs[:, 0]) if seed_values is None else seed_values.to(dtype)
     return forward_recurrence(inputs, keep, seed)

@@ -1,0 +1,248 @@
+"""Inputs at the edges of what the estimators take, on every backend: float64 computations written as
+bf16, views with PyTorch's lazy negation bit, time-major outputs with gradients, empty problems with
+gradients, and scalar arguments of every kind (NumPy numbers, tensors, values out of range, also under
+torch.compile)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rl_triton
+from conftest import DEVICE, assert_rounded_once, outputs, printed_by_fresh_process
+from rl_triton import _checks, _dispatch, _replay, reference
+
+ROWS, STEPS, ACTIONS = 3, 37, 4
+
+
+def _inputs(seed: int, dtype: torch.dtype = torch.float32, shape: tuple[int, int] = (ROWS, STEPS)) -> dict:
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=g, dtype=torch.float64).to(dtype).to(DEVICE)
+
+    terminated = torch.rand(shape, generator=g) < 0.1
+    truncated = (torch.rand(shape, generator=g) < 0.1) & ~terminated
+    bootstrap = randn(*shape) * truncated.to(DEVICE)
+    if shape[1]:
+        bootstrap[:, -1] = randn(shape[0])
+    return {
+        "r": randn(*shape), "v": randn(*shape), "nv": randn(*shape), "q": randn(*shape),
+        "lt": 0.3 * randn(*shape), "lb": 0.3 * randn(*shape), "boot": bootstrap,
+        "last": randn(shape[0]), "seed": randn(shape[0]),
+        "probs": torch.softmax(randn(*shape, ACTIONS), -1), "next_q": randn(*shape, ACTIONS),
+        "behavior": (0.2 + 0.8 * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype).to(DEVICE),
+        "actions": torch.randint(0, ACTIONS, shape, generator=g).to(DEVICE),
+        "term": terminated.to(DEVICE), "trunc": truncated.to(DEVICE),
+    }
+
+
+# estimator -> (function, the names of its arguments in _inputs, keyword arguments)
+CALLS = {
+    "gae": (rl_triton.compute_gae, ("r", "v", "term", "trunc", 0.9, 0.8, "boot"), {}),
+    "gae_last_value": (rl_triton.compute_gae, ("r", "v", "term", None, 0.9, 0.8, None, "last"), {}),
+    "vtrace": (rl_triton.compute_vtrace, ("lt", "lb", "v", "r", "term", "trunc", 0.9, 1.2, 0.8, "boot"), {}),
+    "retrace": (rl_triton.compute_retrace,
+                ("probs", "behavior", "q", "next_q", "actions", "r", "term", "trunc", 0.9, 0.8), {}),
+    "lambda_returns": (rl_triton.compute_lambda_returns, ("r", "nv", "term", "trunc", 0.9, 0.8, "boot"), {}),
+    "discounted_returns": (rl_triton.compute_discounted_returns, ("r", "term", "trunc", 0.9, "boot"), {}),
+    "eligibility_traces": (rl_triton.compute_eligibility_traces, ("r", "term", 0.9, 0.8, "seed"), {}),
+    "prefix_sum": (rl_triton.compute_episodic_prefix_sum, ("r", "term", "seed"), {"boundary": "starts_at"}),
+}
+ESTIMATORS = list(CALLS)
+# the inputs of each estimator that take gradients
+DIFFERENTIABLE = {"r", "v", "nv", "q", "lt", "lb", "boot", "last", "seed", "probs", "next_q", "behavior"}
+
+
+def _arguments(estimator: str, x: dict) -> list:
+    """The estimator's positional arguments, taken from ``x``."""
+    return [x[name] if isinstance(name, str) else name for name in CALLS[estimator][1]]
+
+
+def _call(estimator: str, arguments: list, **keywords) -> tuple[torch.Tensor, ...]:
+    function, _, fixed = CALLS[estimator]
+    return outputs(function(*arguments, **fixed, **keywords))
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_float64_computations_written_as_bf16(backend, estimator):
+    """float64 inputs with ``out_dtype=torch.bfloat16``: the float64 results rounded once. (Triton's
+    interpreter converts float64 to bf16 as if it were an integer conversion; the kernels' stores pass
+    through float32 there.)"""
+    arguments = _arguments(estimator, _inputs(1, torch.float64))
+    narrow = _call(estimator, arguments, out_dtype=torch.bfloat16)
+    wide = _call(estimator, arguments)
+    assert all(torch.isfinite(out).all() for out in narrow)
+    assert_rounded_once(narrow, wide)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_views_with_the_negation_bit(backend, estimator):
+    """A view whose values PyTorch negates lazily (``z.conj().imag``) gives the results of its values, for
+    each floating argument in turn: the kernels read memory, where the view's values are stored negated."""
+    x = _inputs(2)
+    arguments = _arguments(estimator, x)
+    with _dispatch.use_backend("reference"):
+        expected = _call(estimator, arguments)
+    tried = 0
+    for index, value in enumerate(arguments):
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            continue
+        negated = torch.complex(torch.zeros_like(value), -value).conj().imag
+        assert negated.is_neg()
+        changed = list(arguments)
+        changed[index] = negated
+        for got, want in zip(_call(estimator, changed), expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"argument {index}")
+        tried += 1
+    assert tried >= 2
+
+
+def test_repeated_calls_tell_views_with_the_negation_bit_apart(monkeypatch):
+    """A replay recorded for plain tensors is not repeated for a view with the negation bit (PyTorch's
+    tensor guard tells them apart by their dispatch keys; the Python matcher by the bit)."""
+    both = torch.complex(torch.randn(3, 5), torch.randn(3, 5))
+    # the same memory, shape and strides; only the bit differs
+    plain, negated = both.imag, both.conj().imag
+    assert negated.is_neg() and negated.stride() == plain.stride()
+    assert _replay._PropertyMatcher(plain).check(plain)
+    assert not _replay._PropertyMatcher(plain).check(negated)
+    guard = _replay._tensor_matcher([plain])
+    assert guard.check(plain) and not guard.check(negated)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_time_major_outputs_are_time_first_with_gradients(backend, estimator):
+    """With time first, outputs are time-first in memory (``[T, N]`` dense) with gradients as without,
+    and time-last ones of a transposed input are dense too: the differentiable composition's results are
+    moved into the kernels' layout."""
+    x = _inputs(3, torch.float64)
+    arguments = _arguments(estimator, x)
+    time_major = [value.transpose(0, 1).contiguous() if isinstance(value, torch.Tensor) and value.dim() >= 2 else value
+                  for value in arguments]
+    for index, value in enumerate(time_major):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() == 2:
+            time_major[index] = value.requires_grad_(True)
+    with torch.no_grad():
+        plain = _call(estimator, time_major, time_dim=0)
+    differentiable = _call(estimator, time_major, time_dim=0)
+    for got, want in zip(differentiable, plain, strict=True):
+        assert got.grad_fn is not None
+        assert got.shape == (STEPS, ROWS) and got.is_contiguous(), got.stride()
+        assert want.is_contiguous()
+        torch.testing.assert_close(got.detach(), want, rtol=1e-12, atol=1e-12)
+    # the same buffers viewed [N, T] (time last, stored time-first): dense [N, T] outputs either way
+    viewed = [value.transpose(0, 1) if isinstance(value, torch.Tensor) and value.dim() >= 2 else value
+              for value in time_major]
+    for got in _call(estimator, viewed):
+        assert got.shape == (ROWS, STEPS) and got.is_contiguous(), got.stride()
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("shape", [(ROWS, 0), (0, STEPS)], ids=["no-steps", "no-rows"])
+def test_empty_problems_keep_the_graph(backend, estimator, shape):
+    """No steps or no rows: empty outputs that belong to the graph, so that backward gives every input that
+    requires gradients a zero gradient, as PyTorch's own operations do."""
+    x = _inputs(4, torch.float64, shape=shape)
+    arguments = _arguments(estimator, x)
+    names = CALLS[estimator][1]
+    leaves = []
+    for index, name in enumerate(names):
+        if name in DIFFERENTIABLE and name != "behavior":
+            arguments[index] = arguments[index].clone().requires_grad_(True)
+            leaves.append(arguments[index])
+    results = _call(estimator, arguments)
+    assert all(out.shape == shape and out.requires_grad for out in results)
+    gradients = torch.autograd.grad(sum(out.sum() for out in results), leaves)
+    for leaf, gradient in zip(leaves, gradients, strict=True):
+        assert gradient.shape == leaf.shape and not gradient.any()
+
+
+@pytest.mark.parametrize("estimator", ["gae", "vtrace", "lambda_returns", "discounted_returns"])
+def test_no_steps_with_bootstrap_values_and_the_data_checks(backend, estimator, monkeypatch):
+    """The data checks take windows of no steps (the bootstrap check looks at all but the last column)."""
+    monkeypatch.setattr(_checks, "_correctness_flag", lambda: True)
+    arguments = _arguments(estimator, _inputs(5, shape=(ROWS, 0)))
+    assert all(out.shape == (ROWS, 0) for out in _call(estimator, arguments))
+
+
+@pytest.mark.parametrize("gamma", [np.float32(0.9), np.float64(0.9), torch.tensor(0.9), 0.9, 1], ids=str)
+def test_scalar_arguments_of_every_kind(gamma):
+    x = _inputs(6)
+    expected = rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=float(gamma))
+    torch.testing.assert_close(rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=gamma), expected)
+    time_major = rl_triton.compute_gae(x["r"].t(), x["v"].t(), x["term"].t(), gamma=gamma, time_dim=np.int64(0))
+    torch.testing.assert_close(time_major.t(), expected)
+
+
+@pytest.mark.parametrize("gamma, error, message", [
+    (torch.tensor(0.9, requires_grad=True), _checks.InputError, "gradients with respect to gamma"),
+    (np.float32(1.5), _checks.InputError, r"gamma: expected a value in \[0, 1\], got 1.5"),
+    (float("nan"), _checks.InputError, "gamma"),
+    (float("inf"), _checks.InputError, "gamma"),
+    (np.bool_(True), _checks.InputTypeError, "gamma"),
+    ("0.9", _checks.InputTypeError, "gamma"),
+], ids=["requires-grad", "numpy-out-of-range", "nan", "inf", "numpy-bool", "string"])
+def test_scalar_arguments_rejected(gamma, error, message):
+    x = _inputs(7)
+    with pytest.raises(error, match=message):
+        rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=gamma)
+
+
+def test_a_gamma_tensor_that_requires_gradients_passes_without_grad_mode():
+    x = _inputs(8)
+    gamma = torch.tensor(0.9, requires_grad=True)
+    with torch.no_grad():
+        got = rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=gamma)
+    torch.testing.assert_close(got, rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=0.9))
+
+
+def test_ranges_are_checked_while_compiling():
+    """A number out of range raises while torch.compile traces: without fullgraph as in eager calls (the
+    call falls back to eager), with it as torch.compile's error, caused by the InputError; valid values
+    compile and match eager."""
+    torch._dynamo.reset()
+    x = _inputs(9)
+
+    def advantages(gamma, lambda_):
+        return rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=gamma, lambda_=lambda_)
+
+    whole = torch.compile(advantages, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(whole(0.9, 0.8), advantages(0.9, 0.8))
+    for gamma, lambda_ in ((1.5, 0.8), (0.9, -0.1), (float("nan"), 0.8)):
+        # torch.compile's own error type, caused by the InputError
+        with pytest.raises(Exception) as raised:
+            whole(gamma, lambda_)
+        causes, error = [], raised.value
+        while error is not None:
+            causes.append(error)
+            error = error.__cause__ or error.__context__
+        assert any("expected a value in [0, 1]" in str(error) for error in causes), causes
+    with pytest.raises(_checks.InputError, match="lambda_: expected a value in"):
+        torch.compile(advantages, backend="aot_eager")(0.9, 2.0)
+
+
+def test_the_reference_prefix_sum_names_a_bad_boundary():
+    x = _inputs(10)
+    with pytest.raises(_checks.InputError, match="boundary"):
+        reference.compute_episodic_prefix_sum(x["r"], x["term"], None, "ends")
+
+
+def test_the_interpreter_switched_on_after_the_kernels_load_is_named():
+    """Triton decides whether kernels run in its interpreter when their module loads (a process's first
+    call): TRITON_INTERPRET set later is named, instead of Triton's error about missing GPU drivers."""
+    code = """
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import torch, rl_triton
+rewards = torch.randn(2, 5)
+rl_triton.compute_gae(rewards, rewards, torch.zeros(2, 5))
+os.environ["TRITON_INTERPRET"] = "1"
+try:
+    rl_triton.compute_gae(rewards, rewards, torch.zeros(2, 5))
+except RuntimeError as error:
+    print("raised:", error)
+"""
+    printed = " ".join(printed_by_fresh_process(code))
+    assert printed.startswith("raised: TRITON_INTERPRET=1 was set after rl_triton loaded its kernels"), printed
