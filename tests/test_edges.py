@@ -89,14 +89,38 @@ def test_views_with_the_negation_bit(backend, estimator):
     for index, value in enumerate(arguments):
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             continue
-        negated = torch.complex(torch.zeros_like(value), -value).conj().imag
-        assert negated.is_neg()
         changed = list(arguments)
-        changed[index] = negated
+        changed[index] = _negated_view(value)
         for got, want in zip(_call(estimator, changed), expected, strict=True):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"argument {index}")
         tried += 1
     assert tried >= 2
+
+
+def _negated_view(value: torch.Tensor) -> torch.Tensor:
+    """``value``'s values as a view with the negation bit (differentiable with respect to ``value``)."""
+    negated = torch.complex(torch.zeros_like(value), -value).conj().imag
+    assert negated.is_neg()
+    return negated
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_gradients_with_the_negation_bit(backend, estimator):
+    """With gradients: a first input that is a view with the negation bit, and an incoming gradient that is
+    one (the backward kernels read it from memory too), give the values and gradients of plain tensors."""
+    arguments = _arguments(estimator, _inputs(11, torch.float64))
+    index = next(i for i, value in enumerate(arguments) if isinstance(value, torch.Tensor) and value.is_floating_point())
+    base = arguments[index].clone().requires_grad_(True)
+    plain, changed = list(arguments), list(arguments)
+    plain[index], changed[index] = base, _negated_view(base)
+    expected = _call(estimator, plain)
+    got = _call(estimator, changed)
+    incoming = [torch.randn_like(out) for out in expected]
+    (want,) = torch.autograd.grad(expected, base, incoming)
+    (gradient,) = torch.autograd.grad(got, base, [_negated_view(value) for value in incoming])
+    for out, reference_out in zip(got, expected, strict=True):
+        torch.testing.assert_close(out, reference_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gradient, want, rtol=1e-12, atol=1e-12)
 
 
 def test_repeated_calls_tell_views_with_the_negation_bit_apart(monkeypatch):
@@ -110,6 +134,10 @@ def test_repeated_calls_tell_views_with_the_negation_bit_apart(monkeypatch):
     assert not _replay._PropertyMatcher(plain).check(negated)
     guard = _replay._tensor_matcher([plain])
     assert guard.check(plain) and not guard.check(negated)
+    # never recorded either: its launches take a copy, and failed recordings would count against plain tensors
+    monkeypatch.setattr(_replay, "REPLAY_ON_CPU", True)
+    assert _replay._signature((plain,), {}) is not None
+    assert _replay._signature((negated,), {}) is None
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
@@ -199,9 +227,8 @@ def test_a_gamma_tensor_that_requires_gradients_passes_without_grad_mode():
 
 
 def test_ranges_are_checked_while_compiling():
-    """A number out of range raises while torch.compile traces: without fullgraph as in eager calls (the
-    call falls back to eager), with it as torch.compile's error, caused by the InputError; valid values
-    compile and match eager."""
+    """A number out of range raises while torch.compile traces: without fullgraph as in eager calls, with it
+    as torch.compile's error, caused by the InputError; valid values compile and match eager."""
     torch._dynamo.reset()
     x = _inputs(9)
 
@@ -214,13 +241,23 @@ def test_ranges_are_checked_while_compiling():
         # torch.compile's own error type, caused by the InputError
         with pytest.raises(Exception) as raised:
             whole(gamma, lambda_)
-        causes, error = [], raised.value
-        while error is not None:
-            causes.append(error)
-            error = error.__cause__ or error.__context__
-        assert any("expected a value in [0, 1]" in str(error) for error in causes), causes
+        assert "expected a value in [0, 1]" in _error_chain(raised.value)
     with pytest.raises(_checks.InputError, match="lambda_: expected a value in"):
         torch.compile(advantages, backend="aot_eager")(0.9, 2.0)
+    # a tensor's value is unknown while tracing: named
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as raised:
+        torch.compile(advantages, backend="aot_eager", fullgraph=True)(torch.tensor(0.9), 0.8)
+    assert "gamma: expected a number while torch.compile traces" in _error_chain(raised.value)
+
+
+def _error_chain(error: BaseException | None) -> str:
+    """The messages of an error and of the errors that caused it."""
+    messages = []
+    while error is not None:
+        messages.append(str(error))
+        error = error.__cause__ or error.__context__
+    return "\n".join(messages)
 
 
 def test_the_reference_prefix_sum_names_a_bad_boundary():

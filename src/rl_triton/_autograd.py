@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from rl_triton import _library, reference
+from rl_triton._checks import without_negative_views
 from rl_triton._dispatch import use_triton
 from rl_triton.reference._loop import (
     backward_loop,
@@ -42,7 +43,7 @@ def solve(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward
         from rl_triton import _launch
 
         out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
-        _launch.linear_recurrence(out, a, b, carry, backward)
+        _launch.linear_recurrence(out, *without_negative_views((a, b, carry)), backward)
         return out
     carry = torch.zeros_like(a[:, 0]) if carry is None else carry
     return backward_loop(a, b, carry) if backward else forward_loop(a, b, carry)
@@ -108,6 +109,8 @@ def _gae_backward(
     if not use_triton(grad_advantages.device):
         return _gae_backward_loop(grad_advantages, terminateds, truncateds, gamma, lambda_, rewards_dtype,
                                   values_dtype, bootstrap_values_dtype, last_value_dtype, scan_dtype)
+    # an incoming gradient may be a view with the negation bit, like any input
+    (grad_advantages,) = without_negative_views((grad_advantages,))
     grad_rewards = _step_gradient(grad_advantages, rewards_dtype, time_major)
     grad_values = _step_gradient(grad_advantages, values_dtype, time_major)
     grad_bootstrap = _step_gradient(grad_advantages, bootstrap_values_dtype, time_major)
@@ -130,6 +133,7 @@ def _returns_backward(
     if not use_triton(grad_returns.device):
         return _returns_backward_loop(grad_returns, terminateds, truncateds, gamma, lambda_, rewards_dtype,
                                       next_values_dtype, bootstrap_values_dtype, scan_dtype)
+    (grad_returns,) = without_negative_views((grad_returns,))
     grad_rewards = _step_gradient(grad_returns, rewards_dtype, time_major)
     grad_next_values = _step_gradient(grad_returns, next_values_dtype, time_major)
     grad_bootstrap = _step_gradient(grad_returns, bootstrap_values_dtype, time_major)

@@ -115,7 +115,7 @@ def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
 def without_negative_views(values: tuple) -> tuple:
     """``values`` with each tensor that carries PyTorch's lazy negation bit (a view such as ``x.conj().imag``
     of a complex ``x``) resolved, by a copy: the kernels read memory, where such a view's values are
-    stored negated. Under torch.compile the registered ops receive resolved tensors already."""
+    stored negated. Called where the kernels are launched (eagerly, as an op's implementation, in backward)."""
     for value in values:
         if isinstance(value, torch.Tensor) and value.is_neg():
             return tuple(item.resolve_neg() if isinstance(item, torch.Tensor) else item for item in values)
@@ -186,18 +186,20 @@ def scalar(
 ) -> float:
     """A real number in ``[low, high]`` as a Python float, or InputError/InputTypeError.
 
-    Python and NumPy numbers, and tensors of one element that do not require gradients (they are
-    read as numbers: no gradient reaches them). While torch.compile traces, a number is checked by
-    comparisons alone, which Dynamo guards on for a symbolic one as well; a tensor's value is
-    unknown there, so it passes unchecked. ``compiling`` is ``torch.compiler.is_compiling()`` when
-    the caller already knows it.
+    Eagerly: Python and NumPy numbers, and tensors of one element that do not require gradients (read
+    as numbers: no gradient reaches them). While torch.compile traces, a Python number is a constant of
+    the graph (floats passed to custom ops are specialised) and is checked the same way; a tensor's
+    value is unknown there, so it is rejected.
+    ``compiling`` is ``torch.compiler.is_compiling()`` when the caller already knows it.
     """
     # the common case, a finite float in range (NaN fails the comparisons and takes the long way)
     if type(value) is float and low <= value <= high and value != _INF:
         return value
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
     if isinstance(value, torch.Tensor):
-        if torch.compiler.is_compiling() if compiling is None else compiling:
-            return value  # type: ignore[return-value]
+        if compiling:
+            raise InputTypeError(f"{name}: expected a number while torch.compile traces, got a tensor")
         if value.numel() != 1:
             raise InputTypeError(f"{name}: expected a number, got a tensor of shape {tuple(value.shape)}")
         if value.requires_grad and torch.is_grad_enabled():
@@ -210,8 +212,8 @@ def scalar(
     # NaN fails the comparisons, and -inf the first (low is finite)
     if not (low <= number <= high and (include_inf or number != _INF)):
         bound = "inf" if include_inf and high == math.inf else f"{high:g}"
-        # Dynamo cannot format a symbolic number (without fullgraph, the call then runs eagerly and says it)
-        got = "" if (torch.compiler.is_compiling() if compiling is None else compiling) else f", got {number!r}"
+        # (Dynamo cannot format a symbolic number; without fullgraph, the call then runs eagerly and says it)
+        got = "" if compiling else f", got {number!r}"
         raise InputError(f"{name}: expected a value in [{low:g}, {bound}]{got}")
     return number
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 
 from rl_triton import reference
+from rl_triton._checks import without_negative_views
 from rl_triton._dispatch import use_triton
 
 
@@ -52,7 +53,7 @@ def gae(
     advantages = _empty(rewards, out_dtype, time_major)
     args = (rewards, values, terminateds, truncateds, gamma, lambda_, bootstrap_values, last_value)
     if use_triton(rewards.device):
-        _kernels().gae(advantages, *args)
+        _kernels().gae(advantages, *without_negative_views(args))
     else:
         advantages.copy_(reference.compute_gae(*args))
     return advantages
@@ -67,7 +68,7 @@ def vtrace(
     args = (log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds, gamma, rho_bar, c_bar,
             bootstrap_values, last_value)
     if use_triton(rewards.device):
-        _kernels().vtrace(targets, advantages, *args)
+        _kernels().vtrace(targets, advantages, *without_negative_views(args))
     else:
         for out, result in zip((targets, advantages), reference.compute_vtrace(*args)):
             out.copy_(result)
@@ -84,7 +85,7 @@ def retrace(
     args = (action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards,
             terminateds, truncateds, gamma, lambda_, c_bar, rho_bar)
     if use_triton(rewards.device):
-        _kernels().retrace(targets, advantages, *args)
+        _kernels().retrace(targets, advantages, *without_negative_views(args))
     else:
         for out, result in zip((targets, advantages), reference.compute_retrace(*args)):
             out.copy_(result)
@@ -99,7 +100,8 @@ def returns(
     """Lambda-returns; discounted returns when ``next_values`` is None (then ``lambda_`` is 1)."""
     out = _empty(rewards, out_dtype, time_major)
     if use_triton(rewards.device):
-        _kernels().returns(out, rewards, next_values, terminateds, truncateds, gamma, lambda_, bootstrap_values)
+        _kernels().returns(out, *without_negative_views((rewards, next_values, terminateds, truncateds, gamma, lambda_,
+                                                          bootstrap_values)))
     elif next_values is None:
         out.copy_(reference.compute_discounted_returns(rewards, terminateds, truncateds, gamma, bootstrap_values))
     else:
@@ -115,7 +117,7 @@ def episodic_scan(
     """Prefix sums (decay 1) and eligibility traces (decay gamma*lambda, reset after the flag)."""
     out = _empty(inputs, out_dtype, time_major)
     if use_triton(inputs.device):
-        _kernels().episodic_scan(out, inputs, dones, seed_values, decay, reset_after_flag)
+        _kernels().episodic_scan(out, *without_negative_views((inputs, dones, seed_values, decay, reset_after_flag)))
     elif reset_after_flag:
         out.copy_(reference.compute_eligibility_traces(inputs, dones, decay, 1.0, seed_values))
     else:

@@ -84,7 +84,9 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
             is_cuda = value.is_cuda  # (device.type costs five times as much)
-            if value.requires_grad or not (is_cuda or REPLAY_ON_CPU):
+            # a view with the negation bit is copied before its launch: never repeatable, so never recorded (its
+            # failed recordings would count against plain tensors of the same signature)
+            if value.requires_grad or not (is_cuda or REPLAY_ON_CPU) or value.is_neg():
                 return None
             on_cuda = on_cuda or is_cuda
             # 16-byte alignment is what Triton specialises pointers on

@@ -92,8 +92,6 @@ def compute_gae(
         layout.rows(rewards), layout.rows(values), layout.rows(terminateds), layout.rows_or_none(truncateds),
         gamma, lambda_, layout.rows_or_none(bootstrap_values), layout.per_row_or_none(last_value),
     )
-    if not compiling:
-        args = _checks.without_negative_views(args)
     if needs_grad(rewards, values, bootstrap_values, last_value):
         return layout.from_differentiable_rows(_autograd.gae(*args, result_dtype, layout.time_major_output),
                                                result_dtype)

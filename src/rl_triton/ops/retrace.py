@@ -104,15 +104,13 @@ def compute_retrace(
         _checks.check_positive("action_probs_behavior", action_probs_behavior)
 
     if layout.empty_problem:
-        graph_inputs = (action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards)
-        return layout.empty(result_dtype, device, *graph_inputs), layout.empty(result_dtype, device, *graph_inputs)
+        empty = layout.empty(result_dtype, device, *(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards))
+        return empty, empty.clone()
     args = (
         layout.rows_with_actions(action_probs_target), layout.rows(action_probs_behavior), layout.rows(q_values),
         layout.rows_with_actions(next_q_values_all), layout.rows(actions), layout.rows(rewards),
         layout.rows(terminateds), layout.rows(truncateds), gamma, lambda_, c_bar, rho_bar,
     )
-    if not compiling:
-        args = _checks.without_negative_views(args)
     if needs_grad(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards):
         targets, advantages = reference.compute_retrace(*args)
         return (layout.from_differentiable_rows(targets, result_dtype),

@@ -135,8 +135,6 @@ def _returns(
         return layout.empty(result_dtype, device, rewards, next_values, bootstrap_values)
     rows = (layout.rows(rewards), layout.rows_or_none(next_values), layout.rows(terminateds))
     truncated_rows, bootstrap_rows = layout.rows_or_none(truncateds), layout.rows_or_none(bootstrap_values)
-    if not compiling:
-        *rows, truncated_rows, bootstrap_rows = _checks.without_negative_views((*rows, truncated_rows, bootstrap_rows))
     if needs_grad(rewards, next_values, bootstrap_values):
         result = _autograd.returns(*rows, truncated_rows, gamma, lambda_, bootstrap_rows, result_dtype,
                                    layout.time_major_output)
@@ -211,8 +209,6 @@ def episodic_scan(
     if layout.empty_problem:
         return layout.empty(result_dtype, device, inputs, seed_values)
     input_rows, done_rows, seed_rows = layout.rows(inputs), layout.rows(dones), layout.per_row_or_none(seed_values)
-    if not compiling:
-        input_rows, done_rows, seed_rows = _checks.without_negative_views((input_rows, done_rows, seed_rows))
     if needs_grad(inputs, seed_values):
         # resetting after the flag with any decay is the eligibility-trace recurrence ("ends_at" is decay 1)
         if reset_after_flag:

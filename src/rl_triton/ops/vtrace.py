@@ -93,15 +93,13 @@ def compute_vtrace(
         _checks.check_log_probabilities("log_pi_behavior", log_pi_behavior, zero_allowed=False)
 
     if layout.empty_problem:
-        graph_inputs = (log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value)
-        return layout.empty(result_dtype, device, *graph_inputs), layout.empty(result_dtype, device, *graph_inputs)
+        empty = layout.empty(result_dtype, device, *(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value))
+        return empty, empty.clone()
     args = (
         layout.rows(log_pi_target), layout.rows(log_pi_behavior), layout.rows(values), layout.rows(rewards),
         layout.rows(terminateds), layout.rows_or_none(truncateds), gamma, rho_bar, c_bar,
         layout.rows_or_none(bootstrap_values), layout.per_row_or_none(last_value),
     )
-    if not compiling:
-        args = _checks.without_negative_views(args)
     if needs_grad(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value):
         targets, advantages = reference.compute_vtrace(*args)
         return (layout.from_differentiable_rows(targets, result_dtype),
