@@ -23,7 +23,7 @@ unset): it compiles nothing.
 
 ``--compile-all`` compiles every distinct launch of many more calls for sm_90a instead (every
 estimator in the three layouts at shapes that take each kind of plan, the autograd kernels, and the walks
-of one long row with a look-behind, which default plans do not take) and
+of one long row without a look-behind, which default plans take) and
 exits with an error if any fails: the interpreter runs kernels that Triton's compiler rejects. It
 also disassembles each one (nvdisasm) and fails if a warp-collective instruction (``REDUX``,
 ``SHFL``, ``VOTE``, ``BAR``, ...) carries a guard predicate (``guarded_warp_collectives``).
@@ -245,9 +245,9 @@ LAYOUTS = ("float32", "time-major", "bf16")
 # counters than one window (4x2^22 for the autograd kernels)
 COMPILE_SHAPES = ((3, 70), (512, 1024), (64, 16384), (8, 131072), (4, 2**22), (1, 2**24))
 AUTOGRAD_SHAPES = ((64, 16384), (4, 2**22), (1, 2**24))
-# walks whose segments first scan the steps before them (``_launch.TilePlan.look_behind``, not taken by default
-# plans): float32, batch-major, one long row
-LOOK_BEHIND_SHAPES = ((1, 2**24),)
+# walks whose segments do not first scan the steps before them (``tile_override(look_behind=0)``; default plans
+# take the look-behind, ``_launch.TilePlan.look_behind``): float32, batch-major, one long row
+NO_LOOK_BEHIND_SHAPES = ((1, 2**24),)
 
 
 def _empty(*shape: int, dtype: torch.dtype = torch.float32, time_major: bool = False) -> torch.Tensor:
@@ -341,10 +341,10 @@ def autograd_calls(num_rows: int, seq_len: int) -> dict[str, Callable[[], None]]
     }
 
 
-def _with_look_behind(call: Callable[[], None]) -> Callable[[], None]:
-    """``call`` with walked segments that first scan the 256 steps before them (``tile_override(look_behind=)``)."""
+def _without_look_behind(call: Callable[[], None]) -> Callable[[], None]:
+    """``call`` with walked segments that take their carry from the look-back alone (``tile_override(look_behind=0)``)."""
     def run() -> None:
-        with _launch.tile_override(look_behind=_launch._LOOK_BEHIND_STEPS):
+        with _launch.tile_override(look_behind=0):
             call()
 
     return run
@@ -352,14 +352,14 @@ def _with_look_behind(call: Callable[[], None]) -> Callable[[], None]:
 
 def compile_every_launch() -> tuple[int, list[str]]:
     """Compile each distinct launch of the calls of ``COMPILE_SHAPES`` (three layouts), of
-    ``AUTOGRAD_SHAPES`` and, with a look-behind, of ``LOOK_BEHIND_SHAPES`` for sm_90a. Returns (launches compiled, one line per failure)."""
+    ``AUTOGRAD_SHAPES`` and, without a look-behind, of ``NO_LOOK_BEHIND_SHAPES`` for sm_90a. Returns (launches compiled, one line per failure)."""
     calls = [(f"{layout} {rows}x{steps} {name}", call)
              for layout in LAYOUTS for rows, steps in COMPILE_SHAPES
              for name, call in walking_calls(rows, steps, layout).items()]
     calls += [(f"autograd {rows}x{steps} {name}", call)
               for rows, steps in AUTOGRAD_SHAPES for name, call in autograd_calls(rows, steps).items()]
-    calls += [(f"look-behind {rows}x{steps} {name}", _with_look_behind(call))
-              for rows, steps in LOOK_BEHIND_SHAPES for name, call in walking_calls(rows, steps).items()
+    calls += [(f"no look-behind {rows}x{steps} {name}", _without_look_behind(call))
+              for rows, steps in NO_LOOK_BEHIND_SHAPES for name, call in walking_calls(rows, steps).items()
               if not name.startswith("retrace")]
     seen: set[str] = set()
     failures: list[str] = []

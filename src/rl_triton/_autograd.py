@@ -17,6 +17,7 @@ composition's temporaries. Elsewhere (the CPU path) they are the reference compo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -216,6 +217,23 @@ def _(grad_returns, terminateds, truncateds, gamma, lambda_, rewards_dtype, next
     )
 
 
+def _fused_input_gradients(ctx: Any, grad: torch.Tensor, needs: tuple[bool, ...], composed: Callable,
+                           fused: Callable, fused_op: Callable) -> list[torch.Tensor | None]:
+    """The input gradients of a fused estimator (GAE, the returns) that autograd asks for (``needs``), None for
+    the others: by the adjoint kernel (``fused``; ``fused_op`` while torch.compile traces) or, where autograd
+    records the backward (gradients of gradients), by the differentiable adjoint recurrence (``composed``).
+    These estimators are linear in their differentiable inputs, so their gradients depend on the incoming
+    gradient alone: nothing else needs to be recorded."""
+    terminateds, truncateds = ctx.saved_tensors
+    dtypes = [dtype if needed else None for dtype, needed in zip(ctx.dtypes, needs)]
+    if torch.is_grad_enabled() and grad.requires_grad:
+        grads = composed(grad, terminateds, truncateds, ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype)
+    else:
+        grads = _library.call(fused, fused_op, grad, terminateds, truncateds, ctx.gamma, ctx.lambda_, *dtypes,
+                              ctx.scan_dtype, ctx.time_major)
+    return [_or_none(gradient, needed) for gradient, needed in zip(grads, needs)]
+
+
 class FusedGAE(torch.autograd.Function):
     """GAE by its fused kernel; the backward is one adjoint kernel. Saves only the flags."""
 
@@ -234,18 +252,9 @@ class FusedGAE(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_advantages: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        terminateds, truncateds = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[6], ctx.needs_input_grad[7])
-        dtypes = [dtype if needed else None for dtype, needed in zip(ctx.dtypes, needs)]
-        if torch.is_grad_enabled() and grad_advantages.requires_grad:
-            # gradients of gradients: GAE is linear in its differentiable inputs, so its gradients depend on
-            # the incoming gradient alone, through the adjoint recurrence (here differentiable)
-            grads = _gae_backward_loop(grad_advantages, terminateds, truncateds, ctx.gamma, ctx.lambda_, *dtypes,
-                                       ctx.scan_dtype)
-        else:
-            grads = _library.call(_gae_backward, _gae_backward_op, grad_advantages, terminateds, truncateds,
-                                  ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
-        grad_rewards, grad_values, grad_bootstrap, grad_last = (_or_none(g, n) for g, n in zip(grads, needs))
+        grad_rewards, grad_values, grad_bootstrap, grad_last = _fused_input_gradients(
+            ctx, grad_advantages, needs, _gae_backward_loop, _gae_backward, _gae_backward_op)
         return grad_rewards, grad_values, None, None, None, None, grad_bootstrap, grad_last, None, None
 
 
@@ -267,17 +276,9 @@ class FusedReturns(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_returns: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        terminateds, truncateds = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[6])
-        dtypes = [dtype if needed else None for dtype, needed in zip(ctx.dtypes, needs)]
-        if torch.is_grad_enabled() and grad_returns.requires_grad:
-            # gradients of gradients, as in FusedGAE (the returns are linear in their differentiable inputs)
-            grads = _returns_backward_loop(grad_returns, terminateds, truncateds, ctx.gamma, ctx.lambda_, *dtypes,
-                                           ctx.scan_dtype)
-        else:
-            grads = _library.call(_returns_backward, _returns_backward_op, grad_returns, terminateds, truncateds,
-                                  ctx.gamma, ctx.lambda_, *dtypes, ctx.scan_dtype, ctx.time_major)
-        grad_rewards, grad_next_values, grad_bootstrap = (_or_none(g, n) for g, n in zip(grads, needs))
+        grad_rewards, grad_next_values, grad_bootstrap = _fused_input_gradients(
+            ctx, grad_returns, needs, _returns_backward_loop, _returns_backward, _returns_backward_op)
         return grad_rewards, grad_next_values, None, None, None, None, grad_bootstrap, None, None
 
 
