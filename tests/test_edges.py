@@ -283,3 +283,22 @@ except RuntimeError as error:
 """
     printed = " ".join(printed_by_fresh_process(code))
     assert printed.startswith("raised: TRITON_INTERPRET=1 was set after rl_triton loaded its kernels"), printed
+
+
+@pytest.mark.parametrize("value, interpreted", [("false", False), ("off", False), ("0", False), ("TRUE", True),
+                                                 ("on", True)])
+def test_the_interpreter_flag_is_read_as_triton_reads_it(value, interpreted):
+    """TRITON_INTERPRET is set or not for the library where it is for Triton, which decides whether the
+    kernels are interpreted: "false" runs CPU calls on the reference, not on kernels compiled for a GPU."""
+    code = f"""
+import os
+os.environ["TRITON_INTERPRET"] = "{value}"
+import torch, rl_triton
+from rl_triton import _dispatch
+rewards = torch.randn(2, 5)
+expected = rl_triton.reference.compute_gae(rewards, rewards, torch.zeros(2, 5))
+torch.testing.assert_close(rl_triton.compute_gae(rewards, rewards, torch.zeros(2, 5)), expected)
+from rl_triton.kernels import scan
+print(_dispatch.interpreter_enabled(), bool(scan._INTERPRETED))
+"""
+    assert printed_by_fresh_process(code) == [str(interpreted), str(interpreted)]

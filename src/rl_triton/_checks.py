@@ -50,9 +50,9 @@ class InputTypeError(TypeError, AssertionError):
     """Argument of the wrong type or dtype (also an ``AssertionError``, see ``InputError``)."""
 
 
-def environment_flag(*names: str) -> Callable[[], bool]:
-    """A reader of the flags ``names`` (each set unless absent, empty or "0"): whether any is set. It sees
-    later changes.
+def environment_flag(*names: str, true_values: tuple[str, ...] | None = None) -> Callable[[], bool]:
+    """A reader of the flags ``names`` (each set unless absent, empty or "0"; with ``true_values``, set where
+    its value, in lower case, is one of them): whether any is set. It sees later changes.
 
     ``os.environ.get`` costs about a microsecond per call (the key is encoded again each time),
     as much as a quarter of a whole estimator call; the dict behind ``os.environ`` answers in tens of
@@ -64,8 +64,11 @@ def environment_flag(*names: str) -> Callable[[], bool]:
     encode_key = getattr(environ, "encodekey", None)
     decode_value = getattr(environ, "decodevalue", None)
 
+    def means_set(value: str) -> bool:
+        return value not in ("", "0") if true_values is None else value.lower() in true_values
+
     def any_set_in_mapping() -> bool:
-        return any(os.environ.get(name, "0") not in ("", "0") for name in names)
+        return any(means_set(os.environ.get(name, "0")) for name in names)
 
     if not isinstance(data, dict) or encode_key is None or decode_value is None:
         return any_set_in_mapping
@@ -76,7 +79,7 @@ def environment_flag(*names: str) -> Callable[[], bool]:
             return any_set_in_mapping()
         for key in keys:
             raw = data.get(key)
-            if raw is not None and decode_value(raw) not in ("", "0"):
+            if raw is not None and means_set(decode_value(raw)):
                 return True
         return False
 

@@ -15,7 +15,9 @@ _BACKENDS = ("triton", "reference")
 _forced_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("rl_triton_backend", default=None)
 
 
-_interpreter_flag = _checks.environment_flag("TRITON_INTERPRET")
+# read as Triton reads it (``triton.knobs``: 1, true, yes, on or y, in any case), which decides whether the
+# kernels are interpreted
+_interpreter_flag = _checks.environment_flag("TRITON_INTERPRET", true_values=("1", "true", "yes", "on", "y"))
 
 
 def interpreter_enabled() -> bool:
