@@ -316,9 +316,9 @@ def walk_residency(shapes: tuple[tuple[int, int], ...] | None = None, layout: st
                     registers, spilled = ptxas_registers(launch)
                 else:
                     registers, spilled = cubin_registers(_sm90_kernel(launch).asm["cubin"]), None
-                    if not rows and registers != ptxas_registers(launch)[0]:
+                    if not rows and registers != (from_ptxas := ptxas_registers(launch)[0]):
                         raise RuntimeError(f"{launch.kernel.__name__}: the cubin's register count {registers} is "
-                                           f"not ptxas's {ptxas_registers(launch)[0]}")
+                                           f"not ptxas's {from_ptxas}")
                 rows.append(Residency(estimator, shape, launch.kernel.__name__, registers,
                                       launch.meta["num_warps"], programs,
                                       math.ceil(programs / H200_MULTIPROCESSORS), layout,
