@@ -1,6 +1,7 @@
-"""Inputs at the edges of what the estimators take, on every backend: views with PyTorch's lazy negation
-bit, time-major outputs with gradients, empty problems with gradients, and scalar arguments of every kind
-(NumPy numbers, tensors, values out of range, also under torch.compile)."""
+"""Inputs at the edges of what the estimators take, on every backend: float64 computations written as
+bf16, views with PyTorch's lazy negation bit, time-major outputs with gradients, empty problems with
+gradients, and scalar arguments of every kind (NumPy numbers, tensors, values out of range, also under
+torch.compile)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import rl_triton
-from conftest import DEVICE, outputs
+from conftest import DEVICE, assert_rounded_once, outputs, printed_by_fresh_process
 from rl_triton import _checks, _dispatch, _replay, reference
 
 ROWS, STEPS, ACTIONS = 3, 37, 4
@@ -62,6 +63,18 @@ def _arguments(estimator: str, x: dict) -> list:
 def _call(estimator: str, arguments: list, **keywords) -> tuple[torch.Tensor, ...]:
     function, _, fixed = CALLS[estimator]
     return outputs(function(*arguments, **fixed, **keywords))
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_float64_computations_written_as_bf16(backend, estimator):
+    """float64 inputs with ``out_dtype=torch.bfloat16``: the float64 results rounded once. (Triton's
+    interpreter converts float64 to bf16 as if it were an integer conversion; the kernels' stores pass
+    through float32 there.)"""
+    arguments = _arguments(estimator, _inputs(1, torch.float64))
+    narrow = _call(estimator, arguments, out_dtype=torch.bfloat16)
+    wide = _call(estimator, arguments)
+    assert all(torch.isfinite(out).all() for out in narrow)
+    assert_rounded_once(narrow, wide)
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
@@ -252,3 +265,43 @@ def test_the_reference_prefix_sum_names_a_bad_boundary():
     with pytest.raises(_checks.InputError, match="boundary"):
         reference.compute_episodic_prefix_sum(x["r"], x["term"], None, "ends")
 
+
+def test_the_interpreter_switched_on_after_the_kernels_load_is_named():
+    """Triton decides whether kernels run in its interpreter when their module loads (a process's first
+    call): TRITON_INTERPRET set later is named, instead of Triton's error about missing GPU drivers."""
+    code = """
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import torch, rl_triton
+rewards = torch.randn(2, 5)
+rl_triton.compute_gae(rewards, rewards, torch.zeros(2, 5))
+os.environ["TRITON_INTERPRET"] = "1"
+try:
+    rl_triton.compute_gae(rewards, rewards, torch.zeros(2, 5))
+except RuntimeError as error:
+    print("raised:", error)
+"""
+    printed = " ".join(printed_by_fresh_process(code))
+    assert printed.startswith("raised: TRITON_INTERPRET=1 was set after rl_triton loaded its kernels"), printed
+
+
+@pytest.mark.parametrize("value, interpreted", [("false", False), ("off", False), ("0", False), ("TRUE", True),
+                                                 ("on", True)])
+def test_the_interpreter_flag_is_read_as_triton_reads_it(value, interpreted):
+    """TRITON_INTERPRET is set or not for the library where it is for Triton, which decides whether the
+    kernels are interpreted: "false" runs CPU calls on the reference, not on kernels compiled for a GPU (and the
+    demonstration names the path it runs)."""
+    code = f"""
+import os
+os.environ["TRITON_INTERPRET"] = "{value}"
+import torch, rl_triton
+from rl_triton import _dispatch
+rewards = torch.randn(2, 5)
+expected = rl_triton.reference.compute_gae(rewards, rewards, torch.zeros(2, 5))
+torch.testing.assert_close(rl_triton.compute_gae(rewards, rewards, torch.zeros(2, 5)), expected)
+from rl_triton.kernels import scan
+from rl_triton._demo import execution_path
+print(_dispatch.interpreter_enabled(), bool(scan._INTERPRETED), execution_path(torch.device("cpu")))
+"""
+    path = "triton-interpreter" if interpreted else "reference"
+    assert printed_by_fresh_process(code) == [str(interpreted), str(interpreted), path]

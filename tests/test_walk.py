@@ -190,8 +190,8 @@ def test_long_rows_plan_walked_segments(h200_multiprocessors):
     eight_rows = plan(8, 1 << 21, _launch._EPISODIC_WALK)
     assert eight_rows.walk and eight_rows.block_time == 512 and eight_rows.segment_chunks == 32
     assert eight_rows.grid == (8 * 128,)  # 8 x 132 programs asked, 4096 chunks per row in segments of 32
-    # eligibility traces and prefix sums walk 2048-step chunks, 3 programs per multiprocessor, where
-    # segments still hold 8 of them
+    # a long walk (eligibility traces and prefix sums of steps other than 4 bytes): 2048-step chunks, 3
+    # programs per multiprocessor, where segments still hold 8 of them
     long_walk = {"walk_split": _launch._EPISODIC_WALK, "long_walk_split": _launch._EPISODIC_LONG_WALK}
     eight_rows = _launch.plan_tiles(8, 1 << 21, False, cpu, heavy=False, element_bytes=4, **long_walk)
     assert eight_rows.walk and eight_rows.block_time == 2048 and eight_rows.segment_chunks == 21
@@ -232,6 +232,31 @@ def test_long_rows_plan_walked_segments(h200_multiprocessors):
         assert plan(1, 1 << 24, _launch._GAE_WALK).look_behind == 4  # a whole group of 4 steps
     with _launch.tile_override(walk_programs=0):
         assert not plan(1, 1 << 24, _launch._GAE_WALK).walk
+
+
+@pytest.mark.parametrize("values, flags, chunk_steps, programs", [
+    (torch.float32, torch.bool, 512, 8),  # 4-byte steps: the walk of 512-step chunks, 8 programs each
+    (torch.float32, torch.float32, 512, 8),
+    (torch.bfloat16, torch.uint8, 2048, 3),  # steps of 2 bytes at most keep the long walk
+])
+def test_episodic_scans_of_long_rows_walk_by_step_size(h200_multiprocessors, monkeypatch, values, flags,
+                                                       chunk_steps, programs):
+    """Eligibility traces and prefix sums of 8 x 2^21 steps of 4 bytes (the widest of values, flags and output)
+    walk 512-step chunks (8 programs per multiprocessor), not the long walk's 2048 (3), which was slower with the
+    look-behind (_launch: _EPISODIC_LONG_WALK); bf16 values with uint8 flags keep the long walk."""
+    seen = {}
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta, grid=grid))
+    rows, seq_len = 8, 1 << 21
+    x, out = torch.empty(rows, seq_len, dtype=values), torch.empty(rows, seq_len, dtype=values)
+    for decay, reset_after_flag in ((0.9, True), (1.0, False)):  # eligibility traces, prefix sums
+        seen.clear()
+        _launch.episodic_scan(out, x, torch.zeros(rows, seq_len, dtype=flags), None, decay, reset_after_flag)
+        assert seen["SPLIT"] and seen["WALK"] and seen["BLOCK_TIME"] == chunk_steps
+        segments_per_row = programs * 132 // rows
+        chunks = seq_len // chunk_steps
+        assert seen["grid"] == (rows * -(-chunks // -(-chunks // segments_per_row)),)
+        assert seen["LOOK_BEHIND"] == 256
+        assert seen["maxnreg"] == (64 if programs == 8 else 168)
 
 
 @pytest.mark.parametrize("name", ["retrace", "retrace_two_passes"])

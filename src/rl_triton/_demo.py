@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-import os
 import platform
 import statistics
 import time
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 
 import rl_triton
-from rl_triton import reference
+from rl_triton import _dispatch, reference
 
 GAMMA = 0.99
 LAMBDA = 0.95
@@ -288,7 +287,7 @@ def execution_path(device: torch.device) -> str:
     """Which implementation rl_triton picks for tensors on ``device`` (the documented backend rule)."""
     if device.type == "cuda":
         return "triton"
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if _dispatch.interpreter_enabled():
         return "triton-interpreter"
     return "reference"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -14,7 +15,9 @@ _BACKENDS = ("triton", "reference")
 _forced_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("rl_triton_backend", default=None)
 
 
-_interpreter_flag = _checks.environment_flag("TRITON_INTERPRET")
+# read as Triton reads it (``triton.knobs``: 1, true, yes, on or y, in any case), which decides whether the
+# kernels are interpreted
+_interpreter_flag = _checks.environment_flag("TRITON_INTERPRET", true_values=("1", "true", "yes", "on", "y"))
 
 
 def interpreter_enabled() -> bool:
@@ -38,6 +41,13 @@ def use_backend(backend: str) -> Iterator[None]:
         _forced_backend.reset(token)
 
 
+def _kernels_interpreted() -> bool:
+    """Whether the kernels run in Triton's interpreter: Triton decides it when their module is imported (on a
+    first call), from TRITON_INTERPRET; true while they are not imported yet."""
+    scan = sys.modules.get("rl_triton.kernels.scan")
+    return scan is None or bool(scan._INTERPRETED)
+
+
 def use_triton(device: torch.device) -> bool:
     forced = _forced_backend.get()
     # the common case, decided without reading the environment
@@ -49,6 +59,11 @@ def use_triton(device: torch.device) -> bool:
     if forced == "triton" and not triton_possible:
         raise _checks.InputError(
             f"backend 'triton' needs CUDA tensors, or CPU tensors with TRITON_INTERPRET=1; got device {device}"
+        )
+    if triton_possible and device.type == "cpu" and not _kernels_interpreted():
+        raise RuntimeError(
+            "TRITON_INTERPRET=1 was set after rl_triton loaded its kernels for a GPU (on its first call): set it "
+            "before the first call, or before importing rl_triton, to run the kernels on CPU tensors"
         )
     if device.type not in ("cuda", "cpu"):
         raise _checks.InputError(f"tensors on {device.type} are not supported: expected cuda or cpu")

@@ -439,6 +439,11 @@ _DISCOUNTED_WALK = (1024, 6)
 _LAMBDA_WALK = (512, 4)
 _LAMBDA_LONG_WALK = (1024, 3)
 _EPISODIC_WALK = (512, 8)
+# Eligibility traces and prefix sums of 4-byte steps no longer take it: with the look-behind (below) their
+# 512-step walks of 8 programs read faster, % of the copy ceiling at 8x2^21 / 1x2^24 on an H200, 2048 and 3
+# -> 512 and 8 (benchmarks/results/h200-2026-12-05-run43-walk-sweep.txt): eligibility traces 81.3 / 81.6 ->
+# 83.4 / 84.9, prefix sums 81.4 / 81.1 -> 83.8 / 84.5 (1024 and 4 or 6: 82.0-83.9). Other step sizes keep it
+# (unmeasured with the look-behind).
 _EPISODIC_LONG_WALK = (2048, 3)
 _VTRACE_WALK = (512, 6)
 # Steps of 2 bytes (bf16/fp16 values with bool/uint8 flags) walk 1024-step chunks, where segments still
@@ -1999,7 +2004,7 @@ def episodic_scan(
                       element_bytes=element_bytes,
                       single_chunk_steps=EPISODIC_SINGLE_CHUNK_STEPS if element_bytes == 4 else _MANY_ROWS_BLOCK_TIME,
                       split_block_time=_LIGHT_SPLIT_BLOCK_TIME, walk_split=_EPISODIC_WALK,
-                      long_walk_split=_EPISODIC_LONG_WALK,
+                      long_walk_split=None if element_bytes == 4 else _EPISODIC_LONG_WALK,
                       time_major_many_rows=_LIGHT_TIME_MAJOR_MANY_ROWS, packed_tile_elements=PACKED_TILE_ELEMENTS,
                       strided_time_major=EPISODIC_STRIDED_TIME_MAJOR)
     if plan.split and not plan.strided_groups and not _override.vec:

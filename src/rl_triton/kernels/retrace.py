@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from rl_triton.kernels.scan import (
+    as_stored,
     chunk_carry,
     chunk_steps,
     claim_segment,
@@ -485,7 +486,7 @@ def retrace_flat_actions_kernel(
         store_halves_at(expected_ptr, ratio_ptr, first_step + lanes // NUM_ACTIONS, expected_next_q, last_actions,
                         DTYPE)
         return
-    tl.store(expected_ptr + first_step + lanes // NUM_ACTIONS, expected_next_q.to(expected_ptr.dtype.element_ty),
+    tl.store(expected_ptr + first_step + lanes // NUM_ACTIONS, as_stored(expected_next_q, expected_ptr),
              mask=last_actions)
     step_lanes = tl.arange(0, STEP_LANES)
     steps = first_step + step_lanes
@@ -503,7 +504,7 @@ def retrace_flat_actions_kernel(
     taken = tl.load(probs_target_ptr + steps * NUM_ACTIONS + taken_lane, mask=step_ok & in_range, other=0.0)
     behavior = tl.load(probs_behavior_ptr + behavior_offsets, mask=step_ok, other=1.0)
     ratio = tl.where(in_range, taken.to(DTYPE), float("nan")) / behavior.to(DTYPE)
-    tl.store(ratio_ptr + steps, ratio.to(ratio_ptr.dtype.element_ty), mask=step_ok)
+    tl.store(ratio_ptr + steps, as_stored(ratio, ratio_ptr), mask=step_ok)
 
 
 @triton.jit

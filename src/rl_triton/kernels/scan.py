@@ -63,6 +63,8 @@ _NONFINITE = tl.constexpr(4)
 _NONFINITE_COUNT = tl.constexpr(65536)
 # words each program zeroes per store when it clears the workspace of the launch before (``clear_spent_workspace``)
 _CLEAR_LANES = tl.constexpr(256)
+# whether these kernels run in Triton's interpreter (decided, as Triton decides it, when the module is imported)
+_INTERPRETED = tl.constexpr(bool(triton.knobs.runtime.interpret))
 
 
 @triton.jit
@@ -948,9 +950,21 @@ def load_flag(ptr, rows, row_stride, steps, time_stride, mask, DTYPE: tl.constex
 
 
 @triton.jit
+def as_stored(values, ptr):
+    """``values`` converted to the element type of ``ptr``, for a store.
+
+    Triton 3.6's interpreter converts float64 to bfloat16 as if it were an integer conversion (bf16
+    outputs of float64 computations came out 0 and NaN), so there the conversion passes through float32;
+    compiled kernels convert directly.
+    """
+    if _INTERPRETED and values.dtype.is_fp64() and ptr.dtype.element_ty.is_bf16():
+        values = values.to(tl.float32)
+    return values.to(ptr.dtype.element_ty)
+
+
+@triton.jit
 def store_tile(ptr, rows, row_stride, steps, time_stride, values, mask):
-    tl.store(ptr + rows[:, None] * row_stride + steps[None, :] * time_stride,
-             values.to(ptr.dtype.element_ty), mask=mask)
+    tl.store(ptr + rows[:, None] * row_stride + steps[None, :] * time_stride, as_stored(values, ptr), mask=mask)
 
 
 @triton.jit
@@ -1153,8 +1167,8 @@ def store_chunk(ptr, rows, row_ok, row_stride, chunk, time_stride, seq_len, valu
         steps = chunk_steps(chunk, BLOCK_TIME, BACKWARD, VEC)
         offsets = row_offsets(rows, row_stride, VEC) + tl.expand_dims(steps, 0) * time_stride
     if row_ok is None:
-        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty))
+        tl.store(ptr + offsets, as_stored(values, ptr))
     elif STRIDED:
-        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=strided_mask(row_ok, groups, steps, seq_len, 0))
+        tl.store(ptr + offsets, as_stored(values, ptr), mask=strided_mask(row_ok, groups, steps, seq_len, 0))
     else:
-        tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=step_mask(row_ok, steps, seq_len, VEC))
+        tl.store(ptr + offsets, as_stored(values, ptr), mask=step_mask(row_ok, steps, seq_len, VEC))
