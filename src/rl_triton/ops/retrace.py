@@ -104,7 +104,8 @@ def compute_retrace(
         _checks.check_positive("action_probs_behavior", action_probs_behavior)
 
     if layout.empty_problem:
-        empty = layout.empty(result_dtype, device, *(action_probs_target, action_probs_behavior, q_values, next_q_values_all, rewards))
+        empty = layout.empty(result_dtype, device, action_probs_target, action_probs_behavior, q_values,
+                             next_q_values_all, rewards)
         return empty, empty.clone()
     args = (
         layout.rows_with_actions(action_probs_target), layout.rows(action_probs_behavior), layout.rows(q_values),

@@ -93,7 +93,8 @@ def compute_vtrace(
         _checks.check_log_probabilities("log_pi_behavior", log_pi_behavior, zero_allowed=False)
 
     if layout.empty_problem:
-        empty = layout.empty(result_dtype, device, *(log_pi_target, log_pi_behavior, values, rewards, bootstrap_values, last_value))
+        empty = layout.empty(result_dtype, device, log_pi_target, log_pi_behavior, values, rewards,
+                             bootstrap_values, last_value)
         return empty, empty.clone()
     args = (
         layout.rows(log_pi_target), layout.rows(log_pi_behavior), layout.rows(values), layout.rows(rewards),
