@@ -297,8 +297,9 @@ def test_narrow_steps_walk_1024_step_chunks(monkeypatch):
     # bf16 values with uint8 flags: one 16-byte vector of 8 steps per thread, 6 (GAE) and 4 (V-trace)
     # programs per multiprocessor, registers capped at their share
     assert walk(2**21) == [(True, 1024, 8, 4, 80), (True, 1024, 8, 4, 128)]
-    # float32 keeps 512-step chunks
-    assert walk(2**21, torch.float32) == [(True, 512, 4, 4, 64), (True, 512, 4, 4, 80)]
+    # float32 keeps 512-step chunks; V-trace's single row walks with 5 programs per multiprocessor
+    # (_VTRACE_ONE_ROW_WALK), so its cap is 96 registers
+    assert walk(2**21, torch.float32) == [(True, 512, 4, 4, 64), (True, 512, 4, 4, 96)]
     # rows too short for segments of 8 chunks of 1024 steps (on 4 multiprocessors: 128 chunks in 24
     # segments) keep walking 512-step ones where those make segments of 8 (256 chunks in 32 segments)
     assert walk(2**17)[0] == (True, 512, 4, 4, 64)

@@ -259,6 +259,25 @@ def test_episodic_scans_of_long_rows_walk_by_step_size(h200_multiprocessors, mon
         assert seen["maxnreg"] == (64 if programs == 8 else 168)
 
 
+@pytest.mark.parametrize("rows, programs", [(1, 5), (2, 6), (8, 6)])
+def test_vtrace_walks_a_single_row_with_five_programs(h200_multiprocessors, monkeypatch, rows, programs):
+    """V-trace of 2^24 steps in all walks 512-step chunks with 5 programs per multiprocessor for one row of
+    float32 steps, 6 from two rows up (_launch: _VTRACE_ONE_ROW_WALK); the register cap is each program's share."""
+    seen = {}
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta, grid=grid))
+    seq_len = (1 << 24) // rows
+    inputs = [torch.zeros(rows, seq_len) for _ in range(5)]
+    outputs = [torch.empty(rows, seq_len) for _ in range(2)]
+    for truncateds in (None, torch.zeros(rows, seq_len)):
+        seen.clear()
+        _launch.vtrace(*outputs, *inputs, truncateds, 0.99, 1.0, 1.0, None, torch.zeros(rows))
+        assert seen["WALK"] and seen["BLOCK_TIME"] == 512 and seen["num_warps"] == 4
+        chunks = seq_len // 512
+        segments_per_row = programs * 132 // rows
+        assert seen["grid"] == (rows * -(-chunks // -(-chunks // segments_per_row)),)
+        assert seen["maxnreg"] == 65536 // (programs * 128) // 8 * 8  # 96 for 5 programs, 80 for 6
+
+
 @pytest.mark.parametrize("name", ["retrace", "retrace_two_passes"])
 @pytest.mark.parametrize("num_actions", [1, 40])
 def test_retrace_walks_any_number_of_actions(name, num_actions, make_rollout):

@@ -446,6 +446,11 @@ _EPISODIC_WALK = (512, 8)
 # (unmeasured with the look-behind).
 _EPISODIC_LONG_WALK = (2048, 3)
 _VTRACE_WALK = (512, 6)
+# A single row of float32 steps walks with 5 programs per multiprocessor: on an H200 at 1x2^24, % of the copy
+# ceiling with 6 -> 5 (tune.py --sets 2, benchmarks/results/h200-2026-12-05-run45-vtrace-rows.txt): V-trace
+# 87.8 -> 90.5, with truncations 85.4 -> 91.2. From 2 rows up 6 reads as much or more (2, 4 and 8 rows of 2^24
+# steps in all: 89.3-90.0 -> 89.2-90.9, with truncations 92.0-92.8 -> 89.3-90.4).
+_VTRACE_ONE_ROW_WALK = (512, 5)
 # Steps of 2 bytes (bf16/fp16 values with bool/uint8 flags) walk 1024-step chunks, where segments still
 # hold 8 of them: 8 steps (one 16-byte vector) per thread instead of 4. Measured on an H200, bf16 values
 # with uint8 flags, % of the copy ceiling at 8x2^21 / 1x2^24, 512-step chunks -> 1024 with 4 / 6 / 8
@@ -1521,7 +1526,8 @@ def vtrace(
     plan = plan_tiles(num_rows, seq_len, _is_time_major(rewards), rewards.device, heavy=True,
                       element_bytes=element_bytes, single_chunk_steps=single_chunk_steps,
                       one_row_tile_split=_SPLIT_BLOCK_TIME if element_bytes == 4 else None,
-                      walk_split=_VTRACE_WALK, long_walk_split=_VTRACE_NARROW_WALK if element_bytes <= 2 else None,
+                      walk_split=_VTRACE_ONE_ROW_WALK if num_rows == 1 and element_bytes == 4 else _VTRACE_WALK,
+                      long_walk_split=_VTRACE_NARROW_WALK if element_bytes <= 2 else None,
                       time_major_many_rows=_VTRACE_TIME_MAJOR_MANY_ROWS,
                       packed_tile_elements=PACKED_TILE_ELEMENTS if element_bytes <= 2 else _MIN_TILE_ELEMENTS,
                       narrow_steps_per_warp=VTRACE_NARROW_STEPS_PER_WARP,
