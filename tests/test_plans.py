@@ -159,9 +159,10 @@ def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_
 
 
 def recorded_meta(monkeypatch, launcher, *inputs) -> dict:
-    """The compile options and constexprs a launcher would launch its kernel with (nothing runs)."""
+    """The compile options and constexprs a launcher would launch its kernel with, and its ``grid`` (nothing
+    runs)."""
     seen = {}
-    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta))
+    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta, grid=grid))
     launcher(*inputs)
     return seen
 

@@ -17,6 +17,7 @@ from rl_triton.ops.prefix_sum import compute_episodic_prefix_sum
 from rl_triton.ops.retrace import compute_retrace
 from rl_triton.ops.returns import compute_discounted_returns, compute_eligibility_traces, compute_lambda_returns
 from rl_triton.ops.vtrace import compute_vtrace
+from test_plans import recorded_meta
 
 
 def estimator_calls(gamma: float, lambda_: float) -> dict:
@@ -234,6 +235,14 @@ def test_long_rows_plan_walked_segments(h200_multiprocessors):
         assert not plan(1, 1 << 24, _launch._GAE_WALK).walk
 
 
+def walk_grid(rows: int, seq_len: int, chunk_steps: int, programs: int) -> tuple[int]:
+    """The grid of a walk asked for ``programs`` per multiprocessor of an H200's 132: each row's chunks in
+    equal segments, as many as its share of the programs allows."""
+    chunks = -(-seq_len // chunk_steps)
+    segments_per_row = programs * 132 // rows
+    return (rows * -(-chunks // -(-chunks // segments_per_row)),)
+
+
 @pytest.mark.parametrize("values, flags, chunk_steps, programs", [
     (torch.float32, torch.bool, 512, 8),  # 4-byte steps: the walk of 512-step chunks, 8 programs each
     (torch.float32, torch.float32, 512, 8),
@@ -244,17 +253,13 @@ def test_episodic_scans_of_long_rows_walk_by_step_size(h200_multiprocessors, mon
     """Eligibility traces and prefix sums of 8 x 2^21 steps of 4 bytes (the widest of values, flags and output)
     walk 512-step chunks (8 programs per multiprocessor), not the long walk's 2048 (3), which was slower with the
     look-behind (_launch: _EPISODIC_LONG_WALK); bf16 values with uint8 flags keep the long walk."""
-    seen = {}
-    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta, grid=grid))
     rows, seq_len = 8, 1 << 21
     x, out = torch.empty(rows, seq_len, dtype=values), torch.empty(rows, seq_len, dtype=values)
     for decay, reset_after_flag in ((0.9, True), (1.0, False)):  # eligibility traces, prefix sums
-        seen.clear()
-        _launch.episodic_scan(out, x, torch.zeros(rows, seq_len, dtype=flags), None, decay, reset_after_flag)
+        seen = recorded_meta(monkeypatch, _launch.episodic_scan, out, x, torch.zeros(rows, seq_len, dtype=flags), None,
+                             decay, reset_after_flag)
         assert seen["SPLIT"] and seen["WALK"] and seen["BLOCK_TIME"] == chunk_steps
-        segments_per_row = programs * 132 // rows
-        chunks = seq_len // chunk_steps
-        assert seen["grid"] == (rows * -(-chunks // -(-chunks // segments_per_row)),)
+        assert seen["grid"] == walk_grid(rows, seq_len, chunk_steps, programs)
         assert seen["LOOK_BEHIND"] == 256
         assert seen["maxnreg"] == (64 if programs == 8 else 168)
 
@@ -263,18 +268,14 @@ def test_episodic_scans_of_long_rows_walk_by_step_size(h200_multiprocessors, mon
 def test_vtrace_walks_a_single_row_with_five_programs(h200_multiprocessors, monkeypatch, rows, programs):
     """V-trace of 2^24 steps in all walks 512-step chunks with 5 programs per multiprocessor for one row of
     float32 steps, 6 from two rows up (_launch: _VTRACE_ONE_ROW_WALK); the register cap is each program's share."""
-    seen = {}
-    monkeypatch.setattr(_launch, "_launch", lambda kernel, grid, *args, **meta: seen.update(meta, grid=grid))
     seq_len = (1 << 24) // rows
     inputs = [torch.zeros(rows, seq_len) for _ in range(5)]
     outputs = [torch.empty(rows, seq_len) for _ in range(2)]
     for truncateds in (None, torch.zeros(rows, seq_len)):
-        seen.clear()
-        _launch.vtrace(*outputs, *inputs, truncateds, 0.99, 1.0, 1.0, None, torch.zeros(rows))
+        seen = recorded_meta(monkeypatch, _launch.vtrace, *outputs, *inputs, truncateds, 0.99, 1.0, 1.0, None,
+                             torch.zeros(rows))
         assert seen["WALK"] and seen["BLOCK_TIME"] == 512 and seen["num_warps"] == 4
-        chunks = seq_len // 512
-        segments_per_row = programs * 132 // rows
-        assert seen["grid"] == (rows * -(-chunks // -(-chunks // segments_per_row)),)
+        assert seen["grid"] == walk_grid(rows, seq_len, 512, programs)
         assert seen["maxnreg"] == 65536 // (programs * 128) // 8 * 8  # 96 for 5 programs, 80 for 6
 
 
