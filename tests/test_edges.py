@@ -218,6 +218,49 @@ def test_scalar_arguments_rejected(gamma, error, message):
         rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=gamma)
 
 
+def test_a_gamma_tensor_on_the_meta_device_is_named():
+    x = _inputs(7)
+    with pytest.raises(_checks.InputTypeError, match="gamma: expected a number, got a tensor on the meta device"):
+        rl_triton.compute_gae(x["r"], x["v"], x["term"], gamma=torch.tensor(0.9, device="meta"))
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr", "mkldnn"])
+def test_tensors_without_strides_are_named(backend, estimator, layout):
+    """Sparse and mkldnn tensors (no strides for the kernels to read, no ops for the reference loops) are
+    rejected by name on every backend, in whichever argument, per-row tensors included."""
+    x = _inputs(11)
+    arguments = _arguments(estimator, x)
+    tried = 0
+    for position, name in enumerate(CALLS[estimator][1]):
+        if not isinstance(name, str):
+            continue
+        value = x[name]
+        if layout == "sparse_coo":
+            converted = value.to_sparse()
+        elif layout == "sparse_csr" and value.dim() == 2:
+            converted = value.to_sparse_csr()
+        elif layout == "mkldnn" and value.dtype is torch.float32:
+            converted = value.cpu().to_mkldnn()  # CPU only: its layout is named before its device
+        else:
+            continue
+        changed = list(arguments)
+        changed[position] = converted
+        with pytest.raises(_checks.InputTypeError, match=f"{_argument_names(estimator)[position]}: expected a dense"):
+            _call(estimator, changed)
+        tried += 1
+    assert tried >= 2 if layout != "mkldnn" else tried >= 1
+
+
+def _argument_names(estimator: str) -> list[str]:
+    """The names of the estimator's positional parameters, in order."""
+    import inspect
+
+    function = inspect.unwrap(CALLS[estimator][0])
+    return list(inspect.signature(function).parameters)
+
+
 def test_a_gamma_tensor_that_requires_gradients_passes_without_grad_mode():
     x = _inputs(8)
     gamma = torch.tensor(0.9, requires_grad=True)

@@ -369,8 +369,9 @@ def test_recording_does_not_import_dynamo():
 
 
 def test_environment_flags_are_read_on_every_call(monkeypatch):
-    """A reader of several flags answers whether any is set ("" and "0" are not), and sees changes after it
-    was made, including a replaced ``os.environ``."""
+    """A reader of several flags answers whether any is set (as Triton reads its own: 1, true, yes, on or y,
+    in any case; "", "0", "false" and "off" are not), and sees changes after it was made, including a replaced
+    ``os.environ``."""
     from rl_triton import _checks
 
     monkeypatch.delenv("RL_TRITON_TEST_FLAG_A", raising=False)
@@ -384,6 +385,11 @@ def test_environment_flags_are_read_on_every_call(monkeypatch):
     assert either()
     monkeypatch.delenv("RL_TRITON_TEST_FLAG_B")
     monkeypatch.setenv("RL_TRITON_TEST_FLAG_A", "yes")
+    assert either()
+    for value in ("false", "off", "FALSE", "no"):
+        monkeypatch.setenv("RL_TRITON_TEST_FLAG_A", value)
+        assert not either()
+    monkeypatch.setenv("RL_TRITON_TEST_FLAG_A", "True")
     assert either()
     monkeypatch.setattr(os, "environ", {"RL_TRITON_TEST_FLAG_B": "1"})
     assert either()

@@ -50,9 +50,13 @@ class InputTypeError(TypeError, AssertionError):
     """Argument of the wrong type or dtype (also an ``AssertionError``, see ``InputError``)."""
 
 
-def environment_flag(*names: str, true_values: tuple[str, ...] | None = None) -> Callable[[], bool]:
-    """A reader of the flags ``names`` (each set unless absent, empty or "0"; with ``true_values``, set where
-    its value, in lower case, is one of them): whether any is set. It sees later changes.
+# values that set a flag, in any case, as Triton reads its own (``triton.knobs``): "false", "off" or "0" do not
+_TRUE_VALUES = ("1", "true", "yes", "on", "y")
+
+
+def environment_flag(*names: str) -> Callable[[], bool]:
+    """A reader of the flags ``names`` (each set where its value, in lower case, is 1, true, yes, on or y):
+    whether any is set. It sees later changes.
 
     ``os.environ.get`` costs about a microsecond per call (the key is encoded again each time),
     as much as a quarter of a whole estimator call; the dict behind ``os.environ`` answers in tens of
@@ -65,7 +69,7 @@ def environment_flag(*names: str, true_values: tuple[str, ...] | None = None) ->
     decode_value = getattr(environ, "decodevalue", None)
 
     def means_set(value: str) -> bool:
-        return value not in ("", "0") if true_values is None else value.lower() in true_values
+        return value.lower() in _TRUE_VALUES
 
     def any_set_in_mapping() -> bool:
         return any(means_set(os.environ.get(name, "0")) for name in names)
@@ -105,11 +109,14 @@ def _dtype_names(dtypes: DtypeSet) -> str:
 
 
 def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
-    """``value`` as a tensor of one of ``dtypes``, or InputTypeError."""
-    if isinstance(value, torch.Tensor) and value.dtype in dtypes:
+    """``value`` as a dense (strided) tensor of one of ``dtypes``, or InputTypeError."""
+    if isinstance(value, torch.Tensor) and value.dtype in dtypes and value.layout is torch.strided:
         return value
     if not isinstance(value, torch.Tensor):
         raise InputTypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+    if value.layout is not torch.strided:
+        # the kernels read memory through strides; sparse and mkldnn tensors have none
+        raise InputTypeError(f"{name}: expected a dense tensor (layout torch.strided), got {value.layout}")
     raise InputTypeError(
         f"{name}: expected dtype in ({_dtype_names(dtypes)}), got {str(value.dtype).removeprefix('torch.')}"
     )
@@ -149,16 +156,17 @@ def matching(
     *,
     per_row: bool = False,
 ) -> torch.Tensor:
-    """A tensor of ``dtypes`` of ``shape`` on ``device`` (those of the argument ``reference_name``;
+    """A dense tensor of ``dtypes`` of ``shape`` on ``device`` (those of the argument ``reference_name``;
     ``per_row``: ``shape`` is its batch shape, one value per row).
 
-    Failures are reported in the order type, dtype, shape, device.
+    Failures are reported in the order type, layout, dtype, shape, device.
     """
     if (
         isinstance(value, torch.Tensor)
         and value.dtype in dtypes
         and value.shape == shape
         and value.device == device
+        and value.layout is torch.strided
     ):
         return value
     value = tensor(name, value, dtypes)
@@ -205,6 +213,8 @@ def scalar(
             raise InputTypeError(f"{name}: expected a number while torch.compile traces, got a tensor")
         if value.numel() != 1:
             raise InputTypeError(f"{name}: expected a number, got a tensor of shape {tuple(value.shape)}")
+        if value.is_meta:
+            raise InputTypeError(f"{name}: expected a number, got a tensor on the meta device, which holds no value")
         if value.requires_grad and torch.is_grad_enabled():
             raise InputError(f"{name}: gradients with respect to {name} are not computed; pass a number or a "
                              "tensor that does not require gradients")

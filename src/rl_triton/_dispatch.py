@@ -17,7 +17,7 @@ _forced_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("rl
 
 # read as Triton reads it (``triton.knobs``: 1, true, yes, on or y, in any case), which decides whether the
 # kernels are interpreted
-_interpreter_flag = _checks.environment_flag("TRITON_INTERPRET", true_values=("1", "true", "yes", "on", "y"))
+_interpreter_flag = _checks.environment_flag("TRITON_INTERPRET")
 
 
 def interpreter_enabled() -> bool:
