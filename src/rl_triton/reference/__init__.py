@@ -2,8 +2,8 @@
 
 Each function takes the positional parameters of its ``rl_triton.ops`` counterpart (no
 ``time_dim`` or ``out_dtype``), takes ``[num_envs, seq_len]`` tensors (``[num_envs, seq_len,
-num_actions]`` for Retrace's per-action inputs) and computes in float64 when any floating input
-is float64, float32 otherwise. Time is a Python loop; rows are vectorised.
+num_actions]`` for Retrace's per-action inputs) and computes in float64 when any value input
+is float64 (flags do not count), float32 otherwise. Time is a Python loop; rows are vectorised.
 """
 
 from rl_triton.reference.gae import compute_gae

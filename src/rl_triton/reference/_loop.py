@@ -12,7 +12,7 @@ _NUMPY_DTYPES = (torch.float32, torch.float64)
 
 
 def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """float64 if any floating input is float64, else float32."""
+    """float64 if any of ``tensors`` (the value inputs; callers leave flags out) is float64, else float32."""
     for tensor in tensors:
         if tensor is not None and tensor.dtype == torch.float64:
             return torch.float64
