@@ -1,7 +1,7 @@
 """Inputs at the edges of what the estimators take, on every backend: float64 computations written as
 bf16, views with PyTorch's lazy negation bit, time-major outputs with gradients, empty problems with
-gradients, and scalar arguments of every kind (NumPy numbers, tensors, values out of range, also under
-torch.compile)."""
+gradients, tensors without strides (sparse, mkldnn), and scalar arguments of every kind (NumPy numbers,
+tensors, values out of range, also under torch.compile)."""
 
 from __future__ import annotations
 
