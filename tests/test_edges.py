@@ -189,6 +189,17 @@ def test_empty_problems_keep_the_graph(backend, estimator, shape):
         assert gradient.shape == leaf.shape and not gradient.any()
 
 
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("shape", [(ROWS, 0), (0, STEPS)], ids=["no-steps", "no-rows"])
+def test_the_reference_twins_take_empty_problems(estimator, shape):
+    """``rl_triton.reference``'s loops give empty outputs of the inputs' shape and compute dtype where there are
+    no steps or no rows, as the estimators do."""
+    function, _, fixed = CALLS[estimator]
+    twin = getattr(reference, inspect.unwrap(function).__name__)
+    results = outputs(twin(*_arguments(estimator, _inputs(4, torch.float64, shape=shape)), **fixed))
+    assert [(out.shape, out.dtype) for out in results] == [(shape, torch.float64)] * len(results)
+
+
 @pytest.mark.parametrize("estimator", ["gae", "vtrace", "lambda_returns", "discounted_returns"])
 def test_no_steps_with_bootstrap_values_and_the_data_checks(backend, estimator, monkeypatch):
     """The data checks take windows of no steps (the bootstrap check looks at all but the last column)."""

@@ -63,6 +63,8 @@ FULL_SHAPES = (
 QUICK_SHAPES = ((4096, 128), (16384, 512), (64, 16384), (1, 2**24))
 CPU_SHAPES = ((64, 128), (8, 1024))
 CPU_QUICK_SHAPES = ((64, 128),)
+INTERPRETER_SHAPES = ((16, 64), (2, 512))
+INTERPRETER_QUICK_SHAPES = ((16, 64),)
 
 # rows up to this length are checked whole against the float64 loop reference; longer rows (the
 # loop would take minutes) against a float64 run of the same public function, plus the loop
@@ -754,29 +756,69 @@ def plot_roofline(path: Path, meta: dict[str, Any], rows: Sequence[Row]) -> Path
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'4096x128,1x2**24' as [(4096, 128), (1, 16777216)]; each size a positive integer or power."""
     shapes = []
     for item in text.split(","):
-        rows, _, steps = item.strip().lower().partition("x")
-        shapes.append((int(_power(rows)), int(_power(steps))))
+        rows, separator, steps = item.strip().lower().partition("x")
+        try:
+            if not separator:
+                raise ValueError
+            shape = (_power(rows), _power(steps))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid shape {item.strip()!r}: expected rows x steps, e.g. 4096x128 or 1x2**24") from None
+        if min(shape) < 1:
+            raise argparse.ArgumentTypeError(f"invalid shape {item.strip()!r}: rows and steps must be at least 1")
+        shapes.append(shape)
     return shapes
 
 
 def _power(text: str) -> int:
-    """'4096' or '2**21'."""
+    """'4096' or '2**21' (a non-negative exponent); ValueError otherwise."""
     base, _, exponent = text.partition("**")
-    return int(base) ** int(exponent) if exponent else int(base)
+    if not exponent:
+        return int(base)
+    if int(exponent) < 0:
+        raise ValueError(text)
+    return int(base) ** int(exponent)
+
+
+def _output_folder(text: str) -> Path:
+    if not text:
+        raise argparse.ArgumentTypeError("expected a folder, got an empty string")
+    return Path(text)
+
+
+def _seed(text: str) -> int:
+    seed = int(text)
+    # what torch.Generator.manual_seed takes
+    if not 0 <= seed < 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**64), got {text}")
+    return seed
+
+
+def bench_description() -> str:
+    """The first sentence of this module's docstring, without its markup."""
+    return __doc__.split("\n")[0].replace("``", "")
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="python -m rl_triton bench", description=__doc__.split("\n")[0])
+    parser = parser or argparse.ArgumentParser(prog="python -m rl_triton bench", description=bench_description())
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes (and fewer samples)")
-    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder (default: %(default)s)")
+    parser.add_argument("--out", type=_output_folder, default=Path("bench-results"),
+                        help="output folder (default: %(default)s)")
     parser.add_argument("--shapes", type=parse_shapes, help="comma-separated rows x steps, e.g. 4096x128,1x2**24")
     parser.add_argument("--estimators", help=f"comma-separated subset of: {', '.join(ESTIMATORS)}")
     parser.add_argument("--flag-dtype", choices=tuple(FLAG_DTYPES), default="float32", help="dtype of flag inputs")
     parser.add_argument("--no-baselines", action="store_true", help="skip the CleanRL loop, doubling scans, torch.add")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default: %(default)s)")
     return parser
+
+
+def _failed_row(estimator: str, implementation: str, shape: tuple[int, int], error: Exception) -> Row:
+    """A configuration that raised before it could be checked (its inputs could not be made, say)."""
+    note = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+    return Row(estimator, implementation, shape[0], shape[1], None, math.inf, "-", False, note=note)
 
 
 def run_bench(arguments: argparse.Namespace) -> int:
@@ -786,12 +828,24 @@ def run_bench(arguments: argparse.Namespace) -> int:
         shapes = arguments.shapes
     elif on_gpu:
         shapes = QUICK_SHAPES if arguments.quick else FULL_SHAPES
+    elif execution_path(device) == "triton-interpreter":
+        # the interpreter takes seconds a call at the CPU's shapes
+        shapes = INTERPRETER_QUICK_SHAPES if arguments.quick else INTERPRETER_SHAPES
     else:
         shapes = CPU_QUICK_SHAPES if arguments.quick else CPU_SHAPES
-    names = list(ESTIMATORS) if not arguments.estimators else [name.strip() for name in arguments.estimators.split(",")]
+    if arguments.estimators is None:
+        names = list(ESTIMATORS)
+    else:
+        names = [name.strip() for name in arguments.estimators.split(",")]
     unknown = [name for name in names if name not in ESTIMATORS]
     if unknown:
         print(f"unknown estimator(s) {unknown}; choose from {list(ESTIMATORS)}", file=sys.stderr)
+        return 2
+    try:
+        # before the run, so that its results have somewhere to go
+        arguments.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"--out {arguments.out}: cannot make that folder ({error.strerror or error})", file=sys.stderr)
         return 2
 
     print(f"rl-triton {library_version()} benchmark on {describe_device(device)} (path: {execution_path(device)})")
@@ -811,23 +865,29 @@ def run_bench(arguments: argparse.Namespace) -> int:
     for shape_index, shape in enumerate(shapes):
         for name_index, name in enumerate(names):
             progress.start(f"{name} {shape[0]}x{shape[1]}")
-            with released_memory(device):
-                rows += benchmark_estimator(
-                    ESTIMATORS[name],
-                    shape,
-                    device,
-                    timer,
-                    baselines.get(name, ()),
-                    l2_bytes,
-                    ceiling,
-                    flag_dtype,
-                    seed=arguments.seed + 1000 * shape_index + name_index,
-                )
+            try:
+                with released_memory(device):
+                    rows += benchmark_estimator(
+                        ESTIMATORS[name],
+                        shape,
+                        device,
+                        timer,
+                        baselines.get(name, ()),
+                        l2_bytes,
+                        ceiling,
+                        flag_dtype,
+                        seed=(arguments.seed + 1000 * shape_index + name_index) % 2**64,
+                    )
+            except Exception as error:  # noqa: BLE001 - inputs that cannot be made (memory): reported, the rest run
+                rows.append(_failed_row(name, "rl_triton", shape, error))
             progress.advance()
         if with_yardstick:
             progress.start(f"torch.add {shape[0]}x{shape[1]}")
-            with released_memory(device):
-                rows.append(benchmark_elementwise_yardstick(shape, device, timer, l2_bytes, ceiling))
+            try:
+                with released_memory(device):
+                    rows.append(benchmark_elementwise_yardstick(shape, device, timer, l2_bytes, ceiling))
+            except Exception as error:  # noqa: BLE001 - as above
+                rows.append(_failed_row("torch.add", "pytorch", shape, error))
             progress.advance()
     progress.close()
 
@@ -841,12 +901,14 @@ def run_bench(arguments: argparse.Namespace) -> int:
         "python": platform.python_version(),
         "rl_triton": library_version(),
         "path": execution_path(device),
-        "copy_ceiling_gbps": round(ceiling, 1),
+        # none without a GPU: nothing is scored against it
+        "copy_ceiling_gbps": round(ceiling, 1) if on_gpu else None,
         "l2_cache_bytes": l2_bytes,
         "flag_dtype": arguments.flag_dtype,
         "quick": arguments.quick,
         "timing": {
-            "full_call_us": "CUDA events around one synchronised Python call, median",
+            "full_call_us": ("CUDA events around one synchronised Python call, median" if on_gpu
+                             else "wall clock around one Python call, median"),
             "pipelined_us": "wall time of back-to-back calls without synchronising, divided by their count",
             "device_us": f"CUDA graph replay of at least {MIN_GRAPH_CALLS} calls on the input sets in turn, the stream held while the host queues it; per call, median",
             "min_bytes": "each input tensor read once + each output written once",

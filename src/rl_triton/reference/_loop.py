@@ -100,19 +100,26 @@ def _numpy_steps_possible(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor)
             and not torch.compiler.is_compiling())
 
 
+def row_zeros(like: torch.Tensor) -> torch.Tensor:
+    """Zeros of ``like``'s dtype and device, one per row (a carry), also for rows of no steps."""
+    return like.new_zeros(like.shape[:1])
+
+
 def shift_next(x: torch.Tensor, fill: torch.Tensor | float = 0.0) -> torch.Tensor:
-    """y[:, t] = x[:, t + 1] for t < T - 1 and y[:, T - 1] = fill."""
+    """y[:, t] = x[:, t + 1] for t < T - 1 and y[:, T - 1] = fill (nothing to fill where T = 0)."""
     out = torch.empty_like(x)
     out[:, :-1] = x[:, 1:]
-    out[:, -1] = fill
+    if x.shape[1]:
+        out[:, -1] = fill
     return out
 
 
 def shift_previous(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """y[:, t] = x[:, t - 1] for t > 0 and y[:, 0] = fill."""
+    """y[:, t] = x[:, t - 1] for t > 0 and y[:, 0] = fill (nothing to fill where T = 0)."""
     out = torch.empty_like(x)
     out[:, 1:] = x[:, :-1]
-    out[:, 0] = fill
+    if x.shape[1]:
+        out[:, 0] = fill
     return out
 
 
@@ -129,6 +136,6 @@ def next_state_values(
     next_values = shift_next(values) * (1.0 - truncated)
     if bootstrap is not None:
         next_values = next_values + bootstrap
-    elif last_value is not None:
+    elif last_value is not None and values.shape[1]:
         next_values[:, -1] = next_values[:, -1] + last_value
     return next_values

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton.reference._loop import backward_recurrence, compute_dtype, flag, next_state_values
+from rl_triton.reference._loop import backward_recurrence, compute_dtype, flag, next_state_values, row_zeros
 
 
 def compute_gae(
@@ -30,4 +30,4 @@ def compute_gae(
     next_values = next_state_values(values, truncated, bootstrap, last)
     deltas = rewards + gamma * (1.0 - terminated) * next_values - values
     decays = gamma * lambda_ * (1.0 - done)
-    return backward_recurrence(deltas, decays, torch.zeros_like(rewards[:, 0]))
+    return backward_recurrence(deltas, decays, row_zeros(rewards))

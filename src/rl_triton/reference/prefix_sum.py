@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rl_triton._checks import InputError
-from rl_triton.reference._loop import compute_dtype, flag, forward_recurrence, shift_previous
+from rl_triton.reference._loop import compute_dtype, flag, forward_recurrence, row_zeros, shift_previous
 
 
 def compute_episodic_prefix_sum(
@@ -24,5 +24,5 @@ def compute_episodic_prefix_sum(
         keep = 1.0 - flags
     else:
         raise InputError(f"boundary: expected 'ends_at' or 'starts_at', got {boundary!r}")
-    seed = torch.zeros_like(inputs[:, 0]) if seed_values is None else seed_values.to(dtype)
+    seed = row_zeros(inputs) if seed_values is None else seed_values.to(dtype)
     return forward_recurrence(inputs, keep, seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton.reference._loop import backward_recurrence, compute_dtype, flag, shift_next
+from rl_triton.reference._loop import backward_recurrence, compute_dtype, flag, row_zeros, shift_next
 
 
 def taken_action_probs(action_probs_target: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -46,7 +46,7 @@ def compute_retrace(
     ratios = taken_action_probs(probs_target, actions) / action_probs_behavior.to(dtype)
     traces = lambda_ * torch.clamp(ratios, max=c_bar)
     decays = gamma * shift_next(traces) * (1.0 - done)
-    targets = backward_recurrence(deltas, decays, torch.zeros_like(rewards[:, 0])) + q_values
+    targets = backward_recurrence(deltas, decays, row_zeros(rewards)) + q_values
 
     rho = torch.clamp(ratios, max=rho_bar)
     advantages = rho * (rewards + gamma * shift_next(targets) * (1.0 - terminated) - q_values)

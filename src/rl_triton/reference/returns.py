@@ -9,14 +9,15 @@ from rl_triton.reference._loop import (
     compute_dtype,
     flag,
     forward_recurrence,
+    row_zeros,
     shift_previous,
 )
 
 
 def _return_carry(bootstrap: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """G[T]: the last bootstrap column, or zero."""
-    if bootstrap is None:
-        return torch.zeros_like(like[:, 0])
+    """G[T]: the last bootstrap column, or zero (also for rows of no steps)."""
+    if bootstrap is None or not bootstrap.shape[1]:
+        return row_zeros(like)
     return bootstrap[:, -1]
 
 
@@ -75,5 +76,5 @@ def compute_eligibility_traces(
     dtype = compute_dtype(gradients, seed_values)
     gradients = gradients.to(dtype)
     decays = gamma * lambda_ * (1.0 - shift_previous(flag(dones, gradients)))
-    seed = torch.zeros_like(gradients[:, 0]) if seed_values is None else seed_values.to(dtype)
+    seed = row_zeros(gradients) if seed_values is None else seed_values.to(dtype)
     return forward_recurrence(gradients, decays, seed)

@@ -9,7 +9,7 @@ from rl_triton.reference._loop import (
     compute_dtype,
     flag,
     next_state_values,
-    shift_next,
+    row_zeros,
 )
 
 
@@ -43,12 +43,9 @@ def compute_vtrace(
     next_values = next_state_values(values, truncated, bootstrap, last)
     deltas = rho * (rewards + gamma * next_values * (1.0 - terminated) - values)
     decays = gamma * c * (1.0 - done)
-    targets = backward_recurrence(deltas, decays, torch.zeros_like(rewards[:, 0])) + values
+    targets = backward_recurrence(deltas, decays, row_zeros(rewards)) + values
 
-    next_targets = shift_next(targets) * (1.0 - truncated)
-    if bootstrap is not None:
-        next_targets = next_targets + bootstrap
-    elif last is not None:
-        next_targets[:, -1] = next_targets[:, -1] + last
+    # the targets one step later, bootstrapped as the values are
+    next_targets = next_state_values(targets, truncated, bootstrap, last)
     advantages = rho * (rewards + gamma * next_targets * (1.0 - terminated) - values)
     return targets, advantages

@@ -1,0 +1,89 @@
+"""``python -m rl_triton`` and ``python -m rl_triton bench`` as a user meets them: option values that cannot
+work are named in one line (exit 2) before anything runs, a configuration whose inputs cannot be made is a
+failed row (exit 1) while the others run, and a CPU run writes its results without GPU-only figures."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+
+from rl_triton import _bench, _demo
+from rl_triton.__main__ import main
+
+
+@pytest.mark.parametrize("text, shapes", [
+    ("4096x128", [(4096, 128)]),
+    ("1x2**24, 8X2**21", [(1, 2**24), (8, 2**21)]),
+    ("2**0x1", [(1, 1)]),
+])
+def test_shapes_are_read(text, shapes):
+    assert _bench.parse_shapes(text) == shapes
+
+
+@pytest.mark.parametrize("text, message", [
+    ("-1x10", "at least 1"), ("4x0", "at least 1"), ("0x10", "at least 1"), ("4x2**-1", "expected rows x steps"),
+    ("4096x", "expected rows x steps"), ("ax3", "expected rows x steps"), ("4096", "expected rows x steps"),
+    ("4x4x4", "expected rows x steps"), ("4x8,", "expected rows x steps"), ("", "expected rows x steps"),
+])
+def test_shapes_that_cannot_run_are_named(text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        _bench.parse_shapes(text)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["bench", "--shapes=-1x10"], "argument --shapes: invalid shape '-1x10'"),
+    (["bench", "--out="], "argument --out: expected a folder"),
+    (["bench", "--seed", str(2**64)], "argument --seed: expected an integer in"),
+    (["bench", "--seed", "-1"], "argument --seed: expected an integer in"),
+    (["bench", "--bogus"], "python -m rl_triton bench: error: unrecognized arguments: --bogus"),
+    (["demo", "--bogus"], "python -m rl_triton demo: error: unrecognized arguments: --bogus"),
+])
+def test_option_values_that_cannot_work_exit_with_one_line(capsys, arguments, message):
+    with pytest.raises(SystemExit) as raised:
+        main(arguments)
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_estimators_and_an_output_folder_that_is_a_file_stop_before_the_run(capsys, tmp_path):
+    assert main(["bench", "--estimators=", "--shapes", "2x8", "--out", str(tmp_path)]) == 2
+    assert "unknown estimator(s) ['']" in capsys.readouterr().err
+    a_file = tmp_path / "results"
+    a_file.write_text("")
+    assert main(["bench", "--estimators", "gae", "--shapes", "2x8", "--out", str(a_file)]) == 2
+    captured = capsys.readouterr()
+    assert f"--out {a_file}: cannot make that folder" in captured.err
+    assert "benchmark on" not in captured.out
+
+
+def test_a_cpu_run_writes_its_rows_without_gpu_figures(tmp_path, capsys):
+    out = tmp_path / "nested" / "results"
+    assert main(["bench", "--estimators", "gae,prefix-sum", "--shapes", "3x40", "--no-baselines",
+                 "--out", str(out)]) == 0
+    written = json.loads((out / "results.json").read_text())
+    assert written["meta"]["copy_ceiling_gbps"] is None
+    assert written["meta"]["timing"]["full_call_us"].startswith("wall clock")
+    rows = written["results"]
+    assert [(row["estimator"], row["shape"], row["passed"]) for row in rows] == [
+        ("gae", "3x40", True), ("prefix-sum", "3x40", True)]
+    assert all(row["rel_error"] <= _bench.FLOAT32_TOLERANCE and row["full_call_us"] > 0 for row in rows)
+    header = (out / "results.csv").read_text().splitlines()[0].split(",")
+    assert header[:5] == ["date", "device", "torch", "triton", "copy_ceiling_gbps"]
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_inputs_that_cannot_be_made_fail_their_row_and_the_others_run(tmp_path, monkeypatch, capsys):
+    def no_memory(*arguments, **keywords):
+        raise MemoryError("can't allocate memory")
+
+    broken = dataclasses.replace(_demo.ESTIMATORS["gae"], make_inputs=no_memory)
+    monkeypatch.setitem(_bench.ESTIMATORS, "gae", broken)
+    assert main(["bench", "--estimators", "gae,prefix-sum", "--shapes", "2x8", "--no-baselines",
+                 "--out", str(tmp_path)]) == 1
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [(row["estimator"], row["passed"]) for row in rows] == [("gae", False), ("prefix-sum", True)]
+    assert rows[0]["note"] == "MemoryError: can't allocate memory"
+    assert "1 configuration(s) failed" in capsys.readouterr().out
