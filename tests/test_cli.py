@@ -39,6 +39,7 @@ def test_shapes_that_cannot_run_are_named(text, message):
     (["bench", "--out="], "argument --out: expected a folder"),
     (["bench", "--seed", str(2**64)], "argument --seed: expected an integer in"),
     (["bench", "--seed", "-1"], "argument --seed: expected an integer in"),
+    (["bench", "--seed", "abc"], "argument --seed: expected an integer in [0, 2**64), got 'abc'"),
     (["bench", "--bogus"], "python -m rl_triton bench: error: unrecognized arguments: --bogus"),
     (["demo", "--bogus"], "python -m rl_triton demo: error: unrecognized arguments: --bogus"),
 ])
@@ -94,3 +95,13 @@ def test_inputs_that_cannot_be_made_fail_their_row_and_the_others_run(on_cpu, tm
     assert [(row["estimator"], row["passed"]) for row in rows] == [("gae", False), ("prefix-sum", True)]
     assert rows[0]["note"] == "MemoryError: can't allocate memory"
     assert "1 configuration(s) failed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, announced", [("1", True), ("false", False)])
+def test_the_demonstration_says_when_the_data_checks_ran(monkeypatch, capsys, value, announced):
+    monkeypatch.setenv("RL_TRITON_CORRECTNESS_WARNINGS", value)
+    monkeypatch.setattr(_demo, "DEMO_ESTIMATORS", ("gae",))
+    assert main([]) == 0
+    printed = capsys.readouterr().out
+    assert "gae" in printed
+    assert ("RL_TRITON_CORRECTNESS_WARNINGS: every call also checked its data" in printed) == announced

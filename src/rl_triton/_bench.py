@@ -790,10 +790,13 @@ def _output_folder(text: str) -> Path:
 
 
 def _seed(text: str) -> int:
-    seed = int(text)
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
     # what torch.Generator.manual_seed takes
     if not 0 <= seed < 2**64:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**64), got {text}")
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**64), got {text!r}")
     return seed
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 import rl_triton
-from rl_triton import _dispatch, reference
+from rl_triton import _checks, _dispatch, reference
 
 GAMMA = 0.99
 LAMBDA = 0.95
@@ -421,6 +421,8 @@ def run_demo(device: torch.device | None = None, seed: int = 0) -> int:
         print("No GPU found: CPU tensors run the PyTorch reference path. `python -m rl_triton bench` measures speed.")
     elif path == "triton-interpreter":
         print("TRITON_INTERPRET=1: the Triton kernels run on the CPU through Triton's interpreter (slow, exact).")
+    if _checks.correctness_checks_enabled():
+        print("RL_TRITON_CORRECTNESS_WARNINGS: every call also checked its data (the times include those checks).")
     if failures:
         print(f"{failures} estimator(s) disagree with the float64 reference beyond {FLOAT32_TOLERANCE:g}.")
         return 1
