@@ -5,6 +5,7 @@ tensors, values out of range, also under torch.compile)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -359,3 +360,35 @@ print(_dispatch.interpreter_enabled(), bool(scan._INTERPRETED), execution_path(t
 """
     path = "triton-interpreter" if interpreted else "reference"
     assert printed_by_fresh_process(code) == [str(interpreted), str(interpreted), path]
+
+
+class _OnSecondGpu(torch.Tensor):
+    """A CPU tensor that reports the device index of ``cuda:1``."""
+
+    def get_device(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("current", [0, 1])
+def test_launches_switch_to_their_tensors_gpu(monkeypatch, current):
+    # Triton launches on the current CUDA device; each launcher first makes its tensors' GPU current
+    # (tests/test_cuda.py runs it on two GPUs where there are two)
+    from rl_triton import _launch
+
+    events = []
+
+    @contextlib.contextmanager
+    def device(index):
+        events.append(("enter", index))
+        yield
+        events.append(("exit", index))
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: current, raising=False)
+    launcher = _launch._on_the_tensors_device(lambda *args: events.append(("launch", len(args))))
+    tensor = torch.zeros(2).as_subclass(_OnSecondGpu)
+    launcher(None, tensor, 0.5)
+    assert events == ([("launch", 3)] if current == 1 else [("enter", 1), ("launch", 3), ("exit", 1)])
+    for name in ("gae", "vtrace", "retrace", "returns", "episodic_scan", "linear_recurrence", "gae_backward",
+                 "returns_backward"):
+        assert getattr(_launch, name).__wrapped__.__name__ == name

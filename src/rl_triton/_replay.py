@@ -80,7 +80,7 @@ def active_recording() -> _Recording | None:
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
     """Everything a call's Python decides on, or None if a call like this is never replayed."""
     parts: list = []
-    on_cuda = False
+    on_cuda: torch.Tensor | None = None  # the first CUDA tensor
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
             is_cuda = value.is_cuda  # (device.type costs five times as much)
@@ -88,7 +88,8 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
             # failed recordings would count against plain tensors of the same signature)
             if value.requires_grad or not (is_cuda or REPLAY_ON_CPU) or value.is_neg():
                 return None
-            on_cuda = on_cuda or is_cuda
+            if is_cuda and on_cuda is None:
+                on_cuda = value
             # 16-byte alignment is what Triton specialises pointers on
             parts.append((value.shape, value.stride(), value.dtype, value.device, value.data_ptr() & 15))
         elif value is None or isinstance(value, torch.dtype):
@@ -99,9 +100,12 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
             return None
     if kwargs:
         parts.append(tuple(kwargs))
-    if on_cuda:
-        # kernels launch on the current device and stream (whose look-back workspaces a recording may use)
+    if on_cuda is not None:
+        # kernels launch on the current device and stream (whose look-back workspaces a recording may use);
+        # a call whose tensors sit on another GPU launches on theirs, under a device guard that replays lack
         device = torch.cuda.current_device()
+        if on_cuda.get_device() != device:
+            return None
         parts += (device, torch._C._cuda_getCurrentRawStream(device))
     return tuple(parts)
 
