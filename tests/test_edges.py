@@ -385,10 +385,11 @@ def test_launches_switch_to_their_tensors_gpu(monkeypatch, current):
 
     monkeypatch.setattr(torch.cuda, "device", device)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: current, raising=False)
-    launcher = _launch._on_the_tensors_device(lambda *args: events.append(("launch", len(args))))
+    launcher = _launch._on_the_tensors_device(lambda *args, **options: events.append(("launch", len(args), options)))
     tensor = torch.zeros(2).as_subclass(_OnSecondGpu)
-    launcher(None, tensor, 0.5)
-    assert events == ([("launch", 3)] if current == 1 else [("enter", 1), ("launch", 3), ("exit", 1)])
+    launcher(None, tensor, 0.5, action_lanes=2)
+    launched = ("launch", 3, {"action_lanes": 2})
+    assert events == ([launched] if current == 1 else [("enter", 1), launched, ("exit", 1)])
     for name in ("gae", "vtrace", "retrace", "returns", "episodic_scan", "linear_recurrence", "gae_backward",
                  "returns_backward"):
         assert getattr(_launch, name).__wrapped__.__name__ == name

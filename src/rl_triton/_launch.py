@@ -1465,14 +1465,14 @@ def _on_the_tensors_device(launcher: Callable[..., None]) -> Callable[..., None]
     """
 
     @functools.wraps(launcher)
-    def launch(*args: object) -> None:
+    def launch(*args: object, **options: object) -> None:
         device = next(arg for arg in args if isinstance(arg, torch.Tensor)).get_device()
         # -1: a CPU tensor under the interpreter
         if device < 0 or device == torch._C._cuda_getDevice():
-            launcher(*args)
+            launcher(*args, **options)
             return
         with torch.cuda.device(device):
-            launcher(*args)
+            launcher(*args, **options)
 
     return launch
 
