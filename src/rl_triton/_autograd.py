@@ -237,7 +237,10 @@ def _fused_input_gradients(ctx: Any, grad: torch.Tensor, needs: tuple[bool, ...]
 def _saved_flags(ctx: Any, terminateds: torch.Tensor, truncateds: torch.Tensor | None) -> None:
     """Save the flags for the backward. Flags made under ``torch.inference_mode`` (a rollout's, say) cannot be
     saved as they are, though they take no gradient: such a flag is saved as a copy, as the reference path's
-    composition of PyTorch ops saves tensors computed from it."""
+    composition of PyTorch ops saves tensors computed from it. (torch.compile cannot trace ``is_inference``.)"""
+    if torch.compiler.is_compiling():
+        ctx.save_for_backward(terminateds, truncateds)
+        return
     ctx.save_for_backward(*(flag.clone() if flag is not None and flag.is_inference() else flag
                             for flag in (terminateds, truncateds)))
 

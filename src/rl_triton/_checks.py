@@ -6,6 +6,7 @@ reads and comparisons, with the message built only when the check fails.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import operator
@@ -13,6 +14,7 @@ import os
 from collections.abc import Callable
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 
 class DtypeSet(frozenset):
@@ -120,6 +122,34 @@ def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
     raise InputTypeError(
         f"{name}: expected dtype in ({_dtype_names(dtypes)}), got {str(value.dtype).removeprefix('torch.')}"
     )
+
+
+# the stack of active torch.func transforms (vmap, grad, jvp, ...): None when there is none
+_transform_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
+
+
+def transforms_active() -> bool:
+    """Whether a forward-mode AD level or a torch.func transform is active. Read on every call (tens of
+    nanoseconds); calls then take the full path, which checks their tensors (``untransformed``)."""
+    return _forward_ad._current_level >= 0 or _transform_stack() is not None
+
+
+def untransformed(function: Callable, args: tuple, kwargs: dict) -> None:
+    """InputTypeError where a tensor argument of ``function`` carries a forward-mode tangent or is wrapped by a
+    torch.func transform. The kernels and the reference loops read plain values: a dual tensor's tangent would
+    be dropped without a word, and a wrapped tensor fails deep inside."""
+    if not transforms_active():
+        return
+    names = [*list(inspect.signature(function).parameters)[: len(args)], *kwargs]
+    for name, value in zip(names, (*args, *kwargs.values())):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if torch._C._functorch.is_functorch_wrapped_tensor(value):
+            raise InputTypeError(f"{name}: torch.func transforms (vmap, grad, jvp, ...) are not supported; pass batches "
+                                 "as leading dims ([*batch, T]) and differentiate with torch.autograd")
+        if _forward_ad._current_level >= 0 and _forward_ad.unpack_dual(value).tangent is not None:
+            raise InputTypeError(f"{name}: forward-mode AD is not supported (the tangent of a dual tensor would be "
+                                 "lost); differentiate in reverse mode (torch.autograd.grad or .backward())")
 
 
 def without_negative_views(values: tuple) -> tuple:

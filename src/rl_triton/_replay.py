@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from torch.autograd import forward_ad as _forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode
 from typing_extensions import Self
 
@@ -154,14 +155,18 @@ except ImportError:  # pragma: no cover - every PyTorch this library supports ha
 USE_TORCH_GUARDS = True
 
 
+_transform_stack = _checks._transform_stack
 # the correctness flag and the interpreter, read in one call (host time per call is the point of replays)
 _full_path_flags = _checks.environment_flag("RL_TRITON_CORRECTNESS_WARNINGS", "TRITON_INTERPRET")
 
 
 def _full_path_only() -> bool:
     """Whether global state asks for the full path (checked on every call, so the flags are read
-    directly): a forced backend, the correctness flag, the interpreter, Triton's launch path."""
+    directly): a forced backend, the correctness flag, the interpreter, a forward-mode AD level or
+    torch.func transform, Triton's launch path."""
     return (_dispatch._forced_backend.get() is not None or _full_path_flags()
+            # _checks.transforms_active(), inlined
+            or _forward_ad._current_level >= 0 or _transform_stack() is not None
             or (_launch_module or _kernels()).full_launch_path_only())
 
 
@@ -589,7 +594,10 @@ def replayable(function: Function) -> Function:
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling() or _full_path_only():
+        if torch.compiler.is_compiling():
+            return function(*args, **kwargs)
+        if _full_path_only():
+            _checks.untransformed(function, args, kwargs)
             return function(*args, **kwargs)
         if kwargs:
             flat_args, arity = (*args, *kwargs.values()), (len(args), *kwargs)
