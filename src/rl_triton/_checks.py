@@ -125,7 +125,7 @@ def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
 
 
 # the stack of active torch.func transforms (vmap, grad, jvp, ...): None when there is none
-_transform_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
+_transform_stack = torch._C._functorch.peek_interpreter_stack
 
 
 def transforms_active() -> bool:
