@@ -128,18 +128,11 @@ def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
 _transform_stack = torch._C._functorch.peek_interpreter_stack
 
 
-def transforms_active() -> bool:
-    """Whether a forward-mode AD level or a torch.func transform is active. Read on every call (tens of
-    nanoseconds); calls then take the full path, which checks their tensors (``untransformed``)."""
-    return _forward_ad._current_level >= 0 or _transform_stack() is not None
-
-
 def untransformed(function: Callable, args: tuple, kwargs: dict) -> None:
     """InputTypeError where a tensor argument of ``function`` carries a forward-mode tangent or is wrapped by a
     torch.func transform. The kernels and the reference loops read plain values: a dual tensor's tangent would
-    be dropped without a word, and a wrapped tensor fails deep inside."""
-    if not transforms_active():
-        return
+    be dropped without a word, and a wrapped tensor fails deep inside. Called while a forward-mode AD level or a
+    transform is active; such calls take the full path (``rl_triton._replay``)."""
     names = [*list(inspect.signature(function).parameters)[: len(args)], *kwargs]
     for name, value in zip(names, (*args, *kwargs.values())):
         if not isinstance(value, torch.Tensor):

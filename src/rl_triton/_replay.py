@@ -165,7 +165,7 @@ def _full_path_only() -> bool:
     directly): a forced backend, the correctness flag, the interpreter, a forward-mode AD level or
     torch.func transform, Triton's launch path."""
     return (_dispatch._forced_backend.get() is not None or _full_path_flags()
-            # _checks.transforms_active(), inlined
+            # a forward-mode AD level or a torch.func transform (``_checks.untransformed``)
             or _forward_ad._current_level >= 0 or _transform_stack() is not None
             or (_launch_module or _kernels()).full_launch_path_only())
 
@@ -597,7 +597,10 @@ def replayable(function: Function) -> Function:
         if torch.compiler.is_compiling():
             return function(*args, **kwargs)
         if _full_path_only():
-            _checks.untransformed(function, args, kwargs)
+            # (inline: in code that torch.compile runs eagerly after a graph break, Dynamo would try to trace
+            # a function called here, and warn that it cannot trace torch.func's C functions)
+            if _forward_ad._current_level >= 0 or _transform_stack() is not None:
+                _checks.untransformed(function, args, kwargs)
             return function(*args, **kwargs)
         if kwargs:
             flat_args, arity = (*args, *kwargs.values()), (len(args), *kwargs)
