@@ -83,6 +83,16 @@ def test_a_cpu_run_writes_its_rows_without_gpu_figures(on_cpu, tmp_path, capsys)
     assert "wrote" in capsys.readouterr().out
 
 
+def test_the_yardstick_is_timed_with_and_without_a_new_output(on_cpu, tmp_path, monkeypatch):
+    # torch.add(out=) writes a buffer it is given; the estimators allocate their outputs, as torch.add(a, b) does
+    monkeypatch.setattr(_bench, "baseline_implementations", lambda device: {})
+    assert main(["bench", "--estimators", "gae", "--shapes", "3x40", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [(row["estimator"], row["implementation"], row["passed"]) for row in rows] == [
+        ("gae", "rl_triton", True), ("torch.add", "pytorch", True), ("torch.add", "pytorch (new output)", True)]
+    assert all(row["pipelined_us"] > 0 and row["min_bytes"] == 3 * 3 * 40 * 4 for row in rows[1:])
+
+
 def test_inputs_that_cannot_be_made_fail_their_row_and_the_others_run(on_cpu, tmp_path, monkeypatch, capsys):
     def no_memory(*arguments, **keywords):
         raise MemoryError("can't allocate memory")

@@ -592,19 +592,31 @@ def benchmark_estimator(
     return rows
 
 
+# the yardstick's two forms: ``torch.add(a, b, out=c)`` writes a buffer it is given; ``torch.add(a, b)`` allocates its
+# output, as every estimator does, so its host time is the like-for-like measure of an estimator call's
+YARDSTICK_OUT = "pytorch"
+YARDSTICK_NEW_OUTPUT = "pytorch (new output)"
+
+
 def benchmark_elementwise_yardstick(
-    shape: tuple[int, int], device: torch.device, timer: Timer, l2_bytes: int, ceiling: float
+    shape: tuple[int, int], device: torch.device, timer: Timer, l2_bytes: int, ceiling: float,
+    new_output: bool = False,
 ) -> Row:
-    """``torch.add(a, b, out=c)`` over the same rows x steps: what one PyTorch op costs at this size."""
+    """``torch.add(a, b, out=c)`` over the same rows x steps: what one PyTorch op costs at this size;
+    ``new_output``: ``torch.add(a, b)``, which allocates its output."""
     num_envs, seq_len = shape
     bytes_per_call = 3 * num_envs * seq_len * 4
     set_count = input_set_count(bytes_per_call, l2_bytes, device.type == "cuda")
-    input_sets = [
-        {name: torch.rand(num_envs, seq_len, device=device) for name in ("a", "b", "out")} for _ in range(set_count)
-    ]
-    row = Row("torch.add", "pytorch", num_envs, seq_len, None, 0.0, "exact", True)
+    names = ("a", "b") if new_output else ("a", "b", "out")
+    input_sets = [{name: torch.rand(num_envs, seq_len, device=device) for name in names} for _ in range(set_count)]
+    implementation_name = YARDSTICK_NEW_OUTPUT if new_output else YARDSTICK_OUT
+    row = Row("torch.add", implementation_name, num_envs, seq_len, None, 0.0, "exact", True)
     row.min_bytes, row.input_sets = bytes_per_call, set_count
-    implementation = Implementation("pytorch", lambda inputs: torch.add(inputs["a"], inputs["b"], out=inputs["out"]))
+    if new_output:
+        implementation = Implementation(implementation_name, lambda inputs: torch.add(inputs["a"], inputs["b"]))
+    else:
+        implementation = Implementation(implementation_name,
+                                        lambda inputs: torch.add(inputs["a"], inputs["b"], out=inputs["out"]))
     fill_speed(row, timer, implementation, input_sets, ceiling)
     return row
 
@@ -728,7 +740,8 @@ def plot_roofline(path: Path, meta: dict[str, Any], rows: Sequence[Row]) -> Path
             color=colors(index % 10),
         )
     yardstick = {
-        f"{row.num_envs}x{row.seq_len}": row.pct_copy_ceiling for row in measured if row.estimator == "torch.add"
+        f"{row.num_envs}x{row.seq_len}": row.pct_copy_ceiling
+        for row in measured if row.estimator == "torch.add" and row.implementation == YARDSTICK_OUT
     }
     if yardstick:
         axes.scatter(
@@ -886,11 +899,14 @@ def run_bench(arguments: argparse.Namespace) -> int:
             progress.advance()
         if with_yardstick:
             progress.start(f"torch.add {shape[0]}x{shape[1]}")
-            try:
-                with released_memory(device):
-                    rows.append(benchmark_elementwise_yardstick(shape, device, timer, l2_bytes, ceiling))
-            except Exception as error:  # noqa: BLE001 - as above
-                rows.append(_failed_row("torch.add", "pytorch", shape, error))
+            for new_output in (False, True):
+                try:
+                    with released_memory(device):
+                        rows.append(benchmark_elementwise_yardstick(shape, device, timer, l2_bytes, ceiling,
+                                                                    new_output))
+                except Exception as error:  # noqa: BLE001 - as above
+                    rows.append(_failed_row("torch.add", YARDSTICK_NEW_OUTPUT if new_output else YARDSTICK_OUT,
+                                            shape, error))
             progress.advance()
     progress.close()
 
