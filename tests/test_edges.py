@@ -455,3 +455,13 @@ def test_torch_func_transforms_are_named(backend, estimator, transform):
     plain = call(x[first])
     scaled = torch.func.vmap(lambda scale: call(x[first]) * scale)(torch.ones(2, dtype=plain.dtype, device=DEVICE))
     torch.testing.assert_close(scaled, torch.stack([plain, plain]), rtol=0, atol=0)
+    if transform != "vmap":
+        # grad and jvp wrap every tensor made inside them, so a call on plain tensors cannot run there either;
+        # it is named, and leaves nothing behind that later calls would take
+        scale = torch.ones((), dtype=plain.dtype, device=DEVICE)
+        with pytest.raises(_checks.InputTypeError, match="calls inside torch.func.grad or jvp"):
+            if transform == "grad":
+                torch.func.grad(lambda s: (s * call(x[first])).sum())(scale)
+            else:
+                torch.func.jvp(lambda s: s * call(x[first]), (scale,), (scale,))
+        torch.testing.assert_close(call(x[first]), plain, rtol=0, atol=0)

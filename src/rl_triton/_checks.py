@@ -143,6 +143,11 @@ def untransformed(function: Callable, args: tuple, kwargs: dict) -> None:
         if _forward_ad._current_level >= 0 and _forward_ad.unpack_dual(value).tangent is not None:
             raise InputTypeError(f"{name}: forward-mode AD is not supported (the tangent of a dual tensor would be "
                                  "lost); differentiate in reverse mode (torch.autograd.grad or .backward())")
+    # under torch.func.grad or jvp (at any depth) even a new tensor is wrapped: the call's outputs and
+    # workspaces would be, and a wrapped workspace kept for later calls would break them too
+    if _transform_stack() is not None and torch._C._functorch.is_functorch_wrapped_tensor(torch.empty(0)):
+        raise InputTypeError("calls inside torch.func.grad or jvp are not supported, even on plain tensors (the "
+                             "tensors they make would be wrapped); call the estimator outside the transform")
 
 
 def without_negative_views(values: tuple) -> tuple:
