@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -465,3 +466,20 @@ def test_torch_func_transforms_are_named(backend, estimator, transform):
             else:
                 torch.func.jvp(lambda s: s * call(x[first]), (scale,), (scale,))
         torch.testing.assert_close(call(x[first]), plain, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("time_major", [False, True], ids=["batch-major", "time-major"])
+def test_per_action_tensors_with_their_action_dimension_elsewhere_are_named(time_major):
+    # the action dimension comes last, after rewards' own dimensions in their order, also with time_dim=0
+    x = _inputs(15)
+    arguments = _arguments("retrace", x)
+    keywords = {}
+    if time_major:
+        arguments = [value.transpose(0, 1) if isinstance(value, torch.Tensor) else value for value in arguments]
+        arguments[0] = x["probs"]  # [rows, T, A]: rows first, where time-major rewards have time first
+        keywords["time_dim"] = 0
+    else:
+        arguments[0] = x["probs"].permute(2, 0, 1)
+    wanted = re.escape(f"expected shape {(*arguments[5].shape, 'num_actions')}")
+    with pytest.raises(_checks.InputError, match=f"action_probs_target: {wanted}.*plus a last action dimension"):
+        _call("retrace", arguments, **keywords)

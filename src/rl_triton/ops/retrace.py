@@ -71,14 +71,12 @@ def compute_retrace(
     layout = RowLayout(shape, time_dim, "rewards")
     action_probs_target = _checks.tensor("action_probs_target", action_probs_target, FLOAT_DTYPES)
     per_action_shape = action_probs_target.shape
-    if len(per_action_shape) != len(shape) + 1 or per_action_shape[-1] == 0:
+    if len(per_action_shape) != len(shape) + 1 or per_action_shape[-1] == 0 or per_action_shape[:-1] != shape:
+        # (also with time_dim=0: the action dimension is last, after rewards' own dimensions in their order)
         raise _checks.InputError(
             f"action_probs_target: expected shape {(*shape, 'num_actions')} with num_actions >= 1 "
             f"(the shape of rewards plus a last action dimension), got {tuple(per_action_shape)}"
         )
-    if per_action_shape[:-1] != shape:
-        # the shape the per-action tensors should have, for the message of the check below
-        per_action_shape = torch.Size((*shape, per_action_shape[-1]))
     action_probs_target = _checks.matching(
         "action_probs_target", action_probs_target, FLOAT_DTYPES, per_action_shape, device, "rewards"
     )
