@@ -613,10 +613,12 @@ def benchmark_elementwise_yardstick(
     row = Row("torch.add", implementation_name, num_envs, seq_len, None, 0.0, "exact", True)
     row.min_bytes, row.input_sets = bytes_per_call, set_count
     if new_output:
-        implementation = Implementation(implementation_name, lambda inputs: torch.add(inputs["a"], inputs["b"]))
+        def call(inputs: Inputs) -> torch.Tensor:
+            return torch.add(inputs["a"], inputs["b"])
     else:
-        implementation = Implementation(implementation_name,
-                                        lambda inputs: torch.add(inputs["a"], inputs["b"], out=inputs["out"]))
+        def call(inputs: Inputs) -> torch.Tensor:
+            return torch.add(inputs["a"], inputs["b"], out=inputs["out"])
+    implementation = Implementation(implementation_name, call)
     fill_speed(row, timer, implementation, input_sets, ceiling)
     return row
 
