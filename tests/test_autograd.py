@@ -320,6 +320,22 @@ def test_fused_gradients_of_some_inputs_only(backend, gen, estimator: str) -> No
         torch.testing.assert_close(grad, expected[wanted], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("estimator", MAIN_FUSED_ESTIMATORS)
+def test_fused_gradients_of_flags_made_in_inference_mode(backend, gen, estimator: str) -> None:
+    """Flags recorded under torch.inference_mode (a rollout's) cannot be saved for the backward as they are; the
+    gradients are the same as with ordinary flags, on both paths."""
+    call, names = FUSED_ESTIMATORS[estimator]
+    flags, leaves = _fused_inputs(gen, 3, 20)
+    with torch.inference_mode():
+        inference_flags = {name: flag.clone() for name, flag in flags.items()}
+    inputs = [leaves[name] for name in names]
+    grad_output = torch.randn(3, 20, generator=gen, dtype=torch.float64).to(DEVICE)
+    _, expected = _oracle_gradients(call, flags, inputs, grad_output)
+    grads = torch.autograd.grad(call(rl_triton, inference_flags, *inputs), inputs, grad_output)
+    for grad, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("estimator", ["gae", "lambda_returns"])
 def test_fused_gradients_time_major_and_float32(backend, gen, estimator: str) -> None:
     """Time-major buffers (time_dim=0) and float32 inputs with a float64 result."""

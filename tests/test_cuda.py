@@ -13,6 +13,7 @@ from conftest import (
     FLAG_FIELDS,
     HALF_TOLERANCE,
     HAS_CUDA,
+    ROW_FIELDS,
     STEP_FIELDS,
     TOLERANCE,
     Rollout,
@@ -319,6 +320,47 @@ def test_time_split_calls_repeated(gen, estimator, done_rate):
                 got = run(estimator, inputs)
             for value, expected in zip(got, want, strict=True):
                 assert_rel(value, expected, TOLERANCE[torch.float32])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("rows, seq_len", [(64, 300), (2, 50_000)], ids=["64x300", "2x50000"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_tensors_on_a_gpu_that_is_not_the_current_one(gen, estimator, rows, seq_len):
+    # Triton launches on the current device; PyTorch ops follow their tensors. Calls on cuda:1 while
+    # cuda:0 is current (a process that never called torch.cuda.set_device) run on cuda:1, leave cuda:0
+    # current, and repeat (the first call compiles, later ones could be replayed) with the same results.
+    ro = Rollout(gen, (rows,), seq_len, device="cuda:1")
+    on_cpu = ro.map(lambda x: x.cpu(), fields=(*STEP_FIELDS, *FLAG_FIELDS, *ACTION_FIELDS, *ROW_FIELDS, "actions"))
+    want = oracle(estimator, on_cpu)
+    with torch.cuda.device(0):
+        for _ in range(3):
+            got = run(estimator, ro)
+            assert torch.cuda.current_device() == 0
+            for value, expected in zip(got, want, strict=True):
+                assert value.device == torch.device("cuda:1")
+                assert_rel(value.cpu(), expected, TOLERANCE[torch.float32])
+    with torch.cuda.device(1):
+        for _ in range(3):
+            for value, expected in zip(run(estimator, ro), want, strict=True):
+                assert_rel(value.cpu(), expected, TOLERANCE[torch.float32])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_gradients_on_a_gpu_that_is_not_the_current_one(gen):
+    ro = Rollout(gen, (4,), 3000, device="cuda:1")
+    wide = ro.as_float64()
+    with torch.cuda.device(0):
+        rewards = ro.rewards.clone().requires_grad_()
+        advantages = compute_gae(rewards, ro.values, ro.terminateds, ro.truncateds, 0.99, 0.95,
+                                 bootstrap_values=ro.bootstrap_values)
+        (grad,) = torch.autograd.grad(advantages, rewards, ro.gradients)
+        rewards64 = wide.rewards.cpu().requires_grad_()
+        want = reference.compute_gae(rewards64, wide.values.cpu(), ro.terminateds.cpu(), ro.truncateds.cpu(),
+                                     0.99, 0.95, bootstrap_values=wide.bootstrap_values.cpu())
+        (grad_want,) = torch.autograd.grad(want, rewards64, wide.gradients.cpu())
+        assert torch.cuda.current_device() == 0
+    assert_rel(advantages.detach().cpu(), want.detach(), TOLERANCE[torch.float32])
+    assert_rel(grad.cpu(), grad_want, TOLERANCE[torch.float32], "dL/drewards")
 
 
 def capture(call):

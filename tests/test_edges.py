@@ -5,12 +5,14 @@ tensors, values out of range, also under torch.compile)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 
 import numpy as np
 import pytest
 import torch
+from torch.autograd import forward_ad
 
 import rl_triton
 from conftest import DEVICE, assert_rounded_once, outputs, printed_by_fresh_process
@@ -360,6 +362,110 @@ print(_dispatch.interpreter_enabled(), bool(scan._INTERPRETED), execution_path(t
 """
     path = "triton-interpreter" if interpreted else "reference"
     assert printed_by_fresh_process(code) == [str(interpreted), str(interpreted), path]
+
+
+class _OnSecondGpu(torch.Tensor):
+    """A CPU tensor that reports the device index of ``cuda:1``."""
+
+    def get_device(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("current", [0, 1])
+def test_launches_switch_to_their_tensors_gpu(monkeypatch, current):
+    # Triton launches on the current CUDA device; each launcher first makes its tensors' GPU current
+    # (tests/test_cuda.py runs it on two GPUs where there are two)
+    from rl_triton import _launch
+
+    events = []
+
+    @contextlib.contextmanager
+    def device(index):
+        events.append(("enter", index))
+        yield
+        events.append(("exit", index))
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: current, raising=False)
+    launcher = _launch._on_the_tensors_device(lambda *args, **options: events.append(("launch", len(args), options)))
+    tensor = torch.zeros(2).as_subclass(_OnSecondGpu)
+    launcher(None, tensor, 0.5, action_lanes=2)
+    launched = ("launch", 3, {"action_lanes": 2})
+    assert events == ([launched] if current == 1 else [("enter", 1), launched, ("exit", 1)])
+    for name in ("gae", "vtrace", "retrace", "returns", "episodic_scan", "linear_recurrence", "gae_backward",
+                 "returns_backward"):
+        assert getattr(_launch, name).__wrapped__.__name__ == name
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_dual_tensors_are_named(backend, estimator):
+    """Forward-mode AD: the kernels and the reference loops read plain values, so a dual tensor's tangent
+    would be lost without a word; each floating tensor argument is named instead, on every backend. Under a
+    dual level, plain tensors give the results they give outside one."""
+    x = _inputs(12)
+    arguments = _arguments(estimator, x)
+    names = _argument_names(estimator)
+    want = _call(estimator, arguments)
+    tried = 0
+    with forward_ad.dual_level():
+        for position, name in enumerate(CALLS[estimator][1]):
+            if name not in DIFFERENTIABLE:
+                continue
+            changed = list(arguments)
+            changed[position] = forward_ad.make_dual(x[name], torch.ones_like(x[name]))
+            with pytest.raises(_checks.InputTypeError, match=f"{names[position]}: forward-mode AD is not supported"):
+                _call(estimator, changed)
+            tried += 1
+        for got, expected in zip(_call(estimator, arguments), want, strict=True):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert tried >= 2
+
+
+def test_dual_tensors_are_named_after_calls_that_could_be_repeated():
+    # on CUDA the first calls are recorded, and a replay matches tensors by properties a tangent does not change
+    x = _inputs(14)
+    arguments = _arguments("gae", x)
+    for _ in range(3):
+        _call("gae", arguments)
+    with forward_ad.dual_level():
+        arguments[0] = forward_ad.make_dual(x["r"], torch.ones_like(x["r"]))
+        with pytest.raises(_checks.InputTypeError, match="rewards: forward-mode AD is not supported"):
+            _call("gae", arguments)
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jvp"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_torch_func_transforms_are_named(backend, estimator, transform):
+    """torch.func's wrapped tensors have no storage for the kernels or the loops to read: the argument is
+    named. Calls on plain tensors inside a transform are not affected."""
+    x = _inputs(13)
+    arguments = _arguments(estimator, x)
+    first = CALLS[estimator][1][0]
+    name = _argument_names(estimator)[0]
+
+    def call(value: torch.Tensor) -> torch.Tensor:
+        return _call(estimator, [value, *arguments[1:]])[0]
+
+    with pytest.raises(_checks.InputTypeError, match=f"{name}: torch.func transforms"):
+        if transform == "vmap":
+            torch.func.vmap(call)(torch.stack([x[first], x[first]]))
+        elif transform == "grad":
+            torch.func.grad(lambda value: call(value).sum())(x[first])
+        else:
+            torch.func.jvp(call, (x[first],), (torch.ones_like(x[first]),))
+    plain = call(x[first])
+    scaled = torch.func.vmap(lambda scale: call(x[first]) * scale)(torch.ones(2, dtype=plain.dtype, device=DEVICE))
+    torch.testing.assert_close(scaled, torch.stack([plain, plain]), rtol=0, atol=0)
+    if transform != "vmap":
+        # grad and jvp wrap every tensor made inside them, so a call on plain tensors cannot run there either;
+        # it is named, and leaves nothing behind that later calls would take
+        scale = torch.ones((), dtype=plain.dtype, device=DEVICE)
+        with pytest.raises(_checks.InputTypeError, match="calls inside torch.func.grad or jvp"):
+            if transform == "grad":
+                torch.func.grad(lambda s: (s * call(x[first])).sum())(scale)
+            else:
+                torch.func.jvp(lambda s: s * call(x[first]), (scale,), (scale,))
+        torch.testing.assert_close(call(x[first]), plain, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("time_major", [False, True], ids=["batch-major", "time-major"])

@@ -234,6 +234,17 @@ def _fused_input_gradients(ctx: Any, grad: torch.Tensor, needs: tuple[bool, ...]
     return [_or_none(gradient, needed) for gradient, needed in zip(grads, needs)]
 
 
+def _saved_flags(ctx: Any, terminateds: torch.Tensor, truncateds: torch.Tensor | None) -> None:
+    """Save the flags for the backward. Flags made under ``torch.inference_mode`` (a rollout's, say) cannot be
+    saved as they are, though they take no gradient: such a flag is saved as a copy, as the reference path's
+    composition of PyTorch ops saves tensors computed from it. (torch.compile cannot trace ``is_inference``.)"""
+    if torch.compiler.is_compiling():
+        ctx.save_for_backward(terminateds, truncateds)
+        return
+    ctx.save_for_backward(*(flag.clone() if flag is not None and flag.is_inference() else flag
+                            for flag in (terminateds, truncateds)))
+
+
 class FusedGAE(torch.autograd.Function):
     """GAE by its fused kernel; the backward is one adjoint kernel. Saves only the flags."""
 
@@ -243,7 +254,7 @@ class FusedGAE(torch.autograd.Function):
         truncateds: torch.Tensor | None, gamma: float, lambda_: float, bootstrap_values: torch.Tensor | None,
         last_value: torch.Tensor | None, out_dtype: torch.dtype, time_major: bool,
     ) -> torch.Tensor:
-        ctx.save_for_backward(terminateds, truncateds)
+        _saved_flags(ctx, terminateds, truncateds)
         ctx.gamma, ctx.lambda_, ctx.time_major = gamma, lambda_, time_major
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (rewards, values, bootstrap_values, last_value))
         ctx.scan_dtype = compute_dtype(rewards, values, bootstrap_values, last_value)
@@ -267,7 +278,7 @@ class FusedReturns(torch.autograd.Function):
         truncateds: torch.Tensor | None, gamma: float, lambda_: float, bootstrap_values: torch.Tensor | None,
         out_dtype: torch.dtype, time_major: bool,
     ) -> torch.Tensor:
-        ctx.save_for_backward(terminateds, truncateds)
+        _saved_flags(ctx, terminateds, truncateds)
         ctx.gamma, ctx.lambda_, ctx.time_major = gamma, lambda_, time_major
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (rewards, next_values, bootstrap_values))
         ctx.scan_dtype = compute_dtype(rewards, next_values, bootstrap_values)

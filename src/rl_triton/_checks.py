@@ -6,6 +6,7 @@ reads and comparisons, with the message built only when the check fails.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import operator
@@ -13,6 +14,7 @@ import os
 from collections.abc import Callable
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 
 class DtypeSet(frozenset):
@@ -120,6 +122,32 @@ def tensor(name: str, value: object, dtypes: DtypeSet) -> torch.Tensor:
     raise InputTypeError(
         f"{name}: expected dtype in ({_dtype_names(dtypes)}), got {str(value.dtype).removeprefix('torch.')}"
     )
+
+
+# the stack of active torch.func transforms (vmap, grad, jvp, ...): None when there is none
+_transform_stack = torch._C._functorch.peek_interpreter_stack
+
+
+def untransformed(function: Callable, args: tuple, kwargs: dict) -> None:
+    """InputTypeError where a tensor argument of ``function`` carries a forward-mode tangent or is wrapped by a
+    torch.func transform. The kernels and the reference loops read plain values: a dual tensor's tangent would
+    be dropped without a word, and a wrapped tensor fails deep inside. Called while a forward-mode AD level or a
+    transform is active; such calls take the full path (``rl_triton._replay``)."""
+    names = [*list(inspect.signature(function).parameters)[: len(args)], *kwargs]
+    for name, value in zip(names, (*args, *kwargs.values())):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if torch._C._functorch.is_functorch_wrapped_tensor(value):
+            raise InputTypeError(f"{name}: torch.func transforms (vmap, grad, jvp, ...) are not supported; pass batches "
+                                 "as leading dims ([*batch, T]) and differentiate with torch.autograd")
+        if _forward_ad._current_level >= 0 and _forward_ad.unpack_dual(value).tangent is not None:
+            raise InputTypeError(f"{name}: forward-mode AD is not supported (the tangent of a dual tensor would be "
+                                 "lost); differentiate in reverse mode (torch.autograd.grad or .backward())")
+    # under torch.func.grad or jvp (at any depth) even a new tensor is wrapped: the call's outputs and
+    # workspaces would be, and a wrapped workspace kept for later calls would break them too
+    if _transform_stack() is not None and torch._C._functorch.is_functorch_wrapped_tensor(torch.empty(0)):
+        raise InputTypeError("calls inside torch.func.grad or jvp are not supported, even on plain tensors (the "
+                             "tensors they make would be wrapped); call the estimator outside the transform")
 
 
 def without_negative_views(values: tuple) -> tuple:

@@ -1455,6 +1455,29 @@ def _meta(plan: TilePlan, dtype: torch.dtype, walk: bool = False, shape: tuple[i
     return meta
 
 
+def _on_the_tensors_device(launcher: Callable[..., None]) -> Callable[..., None]:
+    """``launcher`` run with its tensors' GPU as the current CUDA device.
+
+    Triton launches on the current device and its current stream, where a PyTorch op follows its
+    tensors. Tensors on ``cuda:1`` in a process whose current device is ``cuda:0`` (one that never
+    called ``torch.cuda.set_device``) would otherwise be read by kernels launched on the wrong GPU.
+    The arguments' first tensor decides (every tensor of a call is on one device, checked before).
+    """
+
+    @functools.wraps(launcher)
+    def launch(*args: object, **options: object) -> None:
+        device = next(arg for arg in args if isinstance(arg, torch.Tensor)).get_device()
+        # -1: a CPU tensor under the interpreter
+        if device < 0 or device == torch._C._cuda_getDevice():
+            launcher(*args, **options)
+            return
+        with torch.cuda.device(device):
+            launcher(*args, **options)
+
+    return launch
+
+
+@_on_the_tensors_device
 def gae(
     advantages: torch.Tensor,
     rewards: torch.Tensor,
@@ -1498,6 +1521,7 @@ def gae(
     )
 
 
+@_on_the_tensors_device
 def vtrace(
     targets: torch.Tensor,
     advantages: torch.Tensor,
@@ -1551,6 +1575,7 @@ def vtrace(
     )
 
 
+@_on_the_tensors_device
 def retrace(
     targets: torch.Tensor,
     advantages: torch.Tensor,
@@ -1954,6 +1979,7 @@ def _retrace_scan(
     )
 
 
+@_on_the_tensors_device
 def returns(
     out: torch.Tensor,
     rewards: torch.Tensor,
@@ -1994,6 +2020,7 @@ def returns(
     )
 
 
+@_on_the_tensors_device
 def episodic_scan(
     out: torch.Tensor,
     inputs: torch.Tensor,
@@ -2032,6 +2059,7 @@ def episodic_scan(
     )
 
 
+@_on_the_tensors_device
 def linear_recurrence(
     out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward: bool
 ) -> None:
@@ -2053,6 +2081,7 @@ def linear_recurrence(
     )
 
 
+@_on_the_tensors_device
 def gae_backward(
     grad_rewards: torch.Tensor | None,
     grad_values: torch.Tensor | None,
@@ -2090,6 +2119,7 @@ def gae_backward(
     )
 
 
+@_on_the_tensors_device
 def returns_backward(
     grad_rewards: torch.Tensor | None,
     grad_next_values: torch.Tensor | None,

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from torch.autograd import forward_ad as _forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode
 from typing_extensions import Self
 
@@ -80,7 +81,7 @@ def active_recording() -> _Recording | None:
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
     """Everything a call's Python decides on, or None if a call like this is never replayed."""
     parts: list = []
-    on_cuda = False
+    on_cuda: torch.Tensor | None = None  # the first CUDA tensor
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
             is_cuda = value.is_cuda  # (device.type costs five times as much)
@@ -88,7 +89,8 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
             # failed recordings would count against plain tensors of the same signature)
             if value.requires_grad or not (is_cuda or REPLAY_ON_CPU) or value.is_neg():
                 return None
-            on_cuda = on_cuda or is_cuda
+            if is_cuda and on_cuda is None:
+                on_cuda = value
             # 16-byte alignment is what Triton specialises pointers on
             parts.append((value.shape, value.stride(), value.dtype, value.device, value.data_ptr() & 15))
         elif value is None or isinstance(value, torch.dtype):
@@ -99,9 +101,12 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
             return None
     if kwargs:
         parts.append(tuple(kwargs))
-    if on_cuda:
-        # kernels launch on the current device and stream (whose look-back workspaces a recording may use)
+    if on_cuda is not None:
+        # kernels launch on the current device and stream (whose look-back workspaces a recording may use);
+        # a call whose tensors sit on another GPU launches on theirs, under a device guard that replays lack
         device = torch.cuda.current_device()
+        if on_cuda.get_device() != device:
+            return None
         parts += (device, torch._C._cuda_getCurrentRawStream(device))
     return tuple(parts)
 
@@ -150,14 +155,18 @@ except ImportError:  # pragma: no cover - every PyTorch this library supports ha
 USE_TORCH_GUARDS = True
 
 
+_transform_stack = _checks._transform_stack
 # the correctness flag and the interpreter, read in one call (host time per call is the point of replays)
 _full_path_flags = _checks.environment_flag("RL_TRITON_CORRECTNESS_WARNINGS", "TRITON_INTERPRET")
 
 
 def _full_path_only() -> bool:
     """Whether global state asks for the full path (checked on every call, so the flags are read
-    directly): a forced backend, the correctness flag, the interpreter, Triton's launch path."""
+    directly): a forced backend, the correctness flag, the interpreter, a forward-mode AD level or
+    torch.func transform, Triton's launch path."""
     return (_dispatch._forced_backend.get() is not None or _full_path_flags()
+            # a forward-mode AD level or a torch.func transform (``_checks.untransformed``)
+            or _forward_ad._current_level >= 0 or _transform_stack() is not None
             or (_launch_module or _kernels()).full_launch_path_only())
 
 
@@ -585,7 +594,13 @@ def replayable(function: Function) -> Function:
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling() or _full_path_only():
+        if torch.compiler.is_compiling():
+            return function(*args, **kwargs)
+        if _full_path_only():
+            # (inline: in code that torch.compile runs eagerly after a graph break, Dynamo would try to trace
+            # a function called here, and warn that it cannot trace torch.func's C functions)
+            if _forward_ad._current_level >= 0 or _transform_stack() is not None:
+                _checks.untransformed(function, args, kwargs)
             return function(*args, **kwargs)
         if kwargs:
             flat_args, arity = (*args, *kwargs.values()), (len(args), *kwargs)
