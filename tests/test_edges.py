@@ -211,6 +211,36 @@ def test_no_steps_with_bootstrap_values_and_the_data_checks(backend, estimator, 
     assert all(out.shape == (ROWS, 0) for out in _call(estimator, arguments))
 
 
+@pytest.mark.parametrize("estimator, flag", [(estimator, flag) for estimator in ESTIMATORS
+                                              for flag in ("term", "trunc") if flag in CALLS[estimator][1]])
+def test_the_data_checks_name_floating_flags_other_than_zero_or_one(backend, estimator, flag, monkeypatch):
+    """A per-step discount passed as a flag (rlax's discount_t) sets it at every step but the terminal
+    ones; the data checks name it, with 0/1 floating flags and integer counts left alone."""
+    name = _argument_names(estimator)[CALLS[estimator][1].index(flag)]
+    monkeypatch.setattr(_checks, "_correctness_flag", lambda: True)
+    x = _inputs(6)
+    x[flag] = x[flag].float()
+    _call(estimator, _arguments(estimator, x))  # floating flags of 0 and 1 pass
+    counts = dict(x)
+    counts[flag] = x[flag].to(torch.uint8) * 2  # integer flags: any non-zero count is set
+    _call(estimator, _arguments(estimator, counts))
+    for odd_value in (0.99, float("nan"), 2.0):
+        discounts = dict(x)
+        discounts[flag] = torch.where(x[flag] != 0, 0.0, odd_value)
+        with pytest.raises(_checks.InputError, match=rf"^{name}: expected floating flags of 0 or 1, found "
+                                                     rf"{int((x[flag] == 0).sum())} other value\(s\), such as "
+                                                     rf"{odd_value:g}"):
+            _call(estimator, _arguments(estimator, discounts))
+        # unchecked, every non-zero value counts as set
+        monkeypatch.setattr(_checks, "_correctness_flag", lambda: False)
+        set_at_every_other_step = dict(x)
+        set_at_every_other_step[flag] = (discounts[flag] != 0).float()
+        for got, expected in zip(_call(estimator, _arguments(estimator, discounts)),
+                                 _call(estimator, _arguments(estimator, set_at_every_other_step)), strict=True):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+        monkeypatch.setattr(_checks, "_correctness_flag", lambda: True)
+
+
 @pytest.mark.parametrize("gamma", [np.float32(0.9), np.float64(0.9), torch.tensor(0.9), 0.9, 1], ids=str)
 def test_scalar_arguments_of_every_kind(gamma):
     x = _inputs(6)

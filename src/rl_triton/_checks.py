@@ -287,7 +287,26 @@ def exclusive(name_a: str, a: object, name_b: str, b: object, hint: str) -> None
 # Data-dependent checks: one implementation, used identically by every estimator.
 
 
-def check_flags_exclusive(terminateds: torch.Tensor, truncateds: torch.Tensor | None) -> None:
+def check_flags_zero_or_one(name: str, flags: torch.Tensor | None) -> None:
+    """Floating flags hold 0 or 1. Any non-zero value counts as set, so a per-step discount passed as a flag
+    (rlax's ``discount_t = gamma * (1 - terminated)``) would flag every step but the terminal ones, without
+    a word; bool and integer flags are left as they are (a non-zero count is a plain "set")."""
+    if flags is None or not flags.is_floating_point():
+        return
+    other = (flags != 0) & (flags != 1)
+    if bool(other.any()):
+        count, example = int(other.sum()), float(flags[other][0])
+        raise InputError(
+            f"{name}: expected floating flags of 0 or 1, found {count} other value(s), such as {example:g}; any "
+            "non-zero value counts as set, so a per-step discount passed as a flag sets it at every step but the "
+            "terminal ones (for rlax's discount_t pass discount_t == 0; see docs/conventions.md)"
+        )
+
+
+def check_flags(terminateds: torch.Tensor, truncateds: torch.Tensor | None) -> None:
+    """Floating flags hold 0 or 1, and no step is both terminated and truncated."""
+    check_flags_zero_or_one("terminateds", terminateds)
+    check_flags_zero_or_one("truncateds", truncateds)
     if truncateds is None:
         return
     both = (terminateds != 0) & (truncateds != 0)

@@ -83,7 +83,7 @@ def compute_gae(
         last_value = layout.check_per_row("last_value", last_value, device)
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
     if _checks.correctness_checks_enabled(compiling):
-        _checks.check_flags_exclusive(terminateds, truncateds)
+        _checks.check_flags(terminateds, truncateds)
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim, added=True)
 
     if layout.empty_problem:

@@ -97,7 +97,7 @@ def compute_retrace(
     rho_bar = _checks.scalar("rho_bar", rho_bar, 0.0, include_inf=True, compiling=compiling)
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
     if _checks.correctness_checks_enabled(compiling):
-        _checks.check_flags_exclusive(terminateds, truncateds)
+        _checks.check_flags(terminateds, truncateds)
         _checks.check_action_indices(actions, per_action_shape[-1])
         _checks.check_positive("action_probs_behavior", action_probs_behavior)
 

@@ -128,7 +128,7 @@ def _returns(
     )
     result_dtype = _checks.out_dtype(out_dtype, rewards.dtype)
     if _checks.correctness_checks_enabled(compiling):
-        _checks.check_flags_exclusive(terminateds, truncateds)
+        _checks.check_flags(terminateds, truncateds)
         _checks.check_bootstrap_placement(bootstrap_values, truncateds, layout.time_dim, added=False)
 
     if layout.empty_problem:
@@ -205,6 +205,8 @@ def episodic_scan(
     if seed_values is not None:
         seed_values = layout.check_per_row("seed_values", seed_values, device)
     result_dtype = _checks.out_dtype(out_dtype, inputs.dtype)
+    if _checks.correctness_checks_enabled(compiling):
+        _checks.check_flags_zero_or_one("dones", dones)
 
     if layout.empty_problem:
         return layout.empty(result_dtype, device, inputs, seed_values)
