@@ -161,7 +161,8 @@ def compile_options(launch: Launch) -> tuple[dict, dict, dict, dict]:
             if value % 16 == 0 and not param.do_not_specialize:
                 attributes[(index,)] = [["tt.divisibility", 16]]
         elif isinstance(value, float):
-            signature[name] = "fp64" if "float64" in str(param.annotation) else "fp32"
+            # an annotated float takes its annotation's type (``gamma: tl.float64`` is "fp64"), others float32
+            signature[name] = param.annotation_type or "fp32"
         else:
             raise TypeError(f"{launch.kernel.__name__}: argument {name} of type {type(value).__name__}")
     options = {key: launch.meta[key] for key in ("num_warps", "num_stages", "maxnreg") if key in launch.meta}
