@@ -14,6 +14,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -176,6 +177,46 @@ def _library_calls() -> list:
     return [launch for call in calls for launch in registers.record_launches(call)]
 
 
+class CudaLauncher:
+    """What ``packed_launch`` reads of Triton's launcher object (its class name and launch options)."""
+
+    launch_cooperative_grid = False
+    launch_pdl = False
+    global_scratch_size = 0
+    profile_scratch_size = 0
+
+
+class _FakeCompiled:
+    """What ``packed_launch`` reads of a compiled kernel."""
+
+    def __init__(self, function: int, signature: dict, packed_metadata: tuple) -> None:
+        self.function = function
+        self.src = types.SimpleNamespace(signature=signature)
+        self.packed_metadata = packed_metadata
+        self.run = CudaLauncher()
+
+
+def test_only_kernels_launched_as_packed_launches_launch_them_are_packed(module, monkeypatch):
+    monkeypatch.setattr(_packed_launch, "ENABLED", True)
+    signature = {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    args, changing = [None, 7, 128], [0]
+    assert _packed_launch.packed_launch(_FakeCompiled(5, signature, (4, 1, 0)), 0, (3,), args, changing) is not None
+    monkeypatch.setattr(_packed_launch, "ENABLED", False)
+    assert _packed_launch.packed_launch(_FakeCompiled(5, signature, (4, 1, 0)), 0, (3,), args, changing) is None
+    monkeypatch.setattr(_packed_launch, "ENABLED", True)
+    # clusters, and launches with scratch memory or launch attributes, keep Triton's launcher
+    assert _packed_launch.packed_launch(_FakeCompiled(5, signature, (4, 2, 0)), 0, (3,), args, changing) is None
+    for option, value in (("launch_pdl", True), ("launch_cooperative_grid", True), ("global_scratch_size", 64),
+                          ("profile_scratch_size", 64)):
+        compiled = _FakeCompiled(5, signature, (4, 1, 0))
+        setattr(compiled.run, option, value)
+        assert _packed_launch.packed_launch(compiled, 0, (3,), args, changing) is None, option
+    compiled = _FakeCompiled(5, signature, (4, 1, 0))
+    compiled.run = object()  # another backend's launcher
+    assert _packed_launch.packed_launch(compiled, 0, (3,), args, changing) is None
+    assert _packed_launch.packed_launch(_FakeCompiled(5, signature, (4, 1, 0)), 0, (3, 2), args, changing) is None
+
+
 def _driver_saw(fake: ctypes.CDLL, count: int) -> tuple:
     """The fake libcuda's last launch: its configuration, function and stream, and ``count`` parameter slots."""
     config, function_and_stream = (ctypes.c_uint * 8)(), (ctypes.c_ulonglong * 2)()
@@ -194,6 +235,7 @@ def compare_with_tritons_launcher(fake_directory: str) -> dict:
 
     fake = ctypes.CDLL(os.path.join(fake_directory, "libcuda.so.1"))
     packing = _packed_launch.module()
+    _packed_launch.ENABLED = True
     seen, compared, mismatches = set(), 0, []
     for number, launch in enumerate(_library_calls()):
         signature, constants, _, options = registers.compile_options(launch)
@@ -218,10 +260,11 @@ def compare_with_tritons_launcher(fake_directory: str) -> dict:
         launcher.launch(grid, 1, 1, stream, function, False, False, None, None, (warps, 1, shared), None, None, None,
                         *args)
         seen_by_driver = [_driver_saw(fake, len(sizes))]
+        # as a replay makes it: from the compiled kernel, the arguments that change left out
+        compiled = _FakeCompiled(function, signature, (warps, 1, shared))
         template = [None if index in changing else arg for index, arg in enumerate(args)]
-        values, table = _packed_launch.packed_parameters(list(signature.values()), template, changing)
-        packing.launch(packing.pack(function, 0, grid, 32 * warps, shared, values, table), stream,
-                       *(args[index] for index in changing))
+        launch_packed, packed = _packed_launch.packed_launch(compiled, 0, (grid,), template, changing)
+        launch_packed(packed, stream, *(args[index] for index in changing))
         seen_by_driver.append(_driver_saw(fake, len(sizes)))
         compared += 1
         if seen_by_driver[0] != seen_by_driver[1] or seen_by_driver[0][0][:4] != [grid, 1, 1, 32 * warps]:

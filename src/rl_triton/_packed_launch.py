@@ -354,10 +354,11 @@ def packed_launch(compiled: Any, device: int, grid: tuple[int, ...], args: Seque
     if built is None:
         return None
     launcher = getattr(compiled, "run", None)
-    metadata = getattr(compiled, "metadata", None)
+    # what Triton's launcher takes from the compiled kernel: (warps, CTAs per program, shared memory bytes)
+    metadata = getattr(compiled, "packed_metadata", None)
     signature = getattr(getattr(compiled, "src", None), "signature", None)
-    if (type(launcher).__name__ != "CudaLauncher" or metadata is None or not isinstance(signature, dict)
-            or getattr(metadata, "num_ctas", 0) != 1 or getattr(launcher, "launch_cooperative_grid", True)
+    if (type(launcher).__name__ != "CudaLauncher" or not isinstance(metadata, tuple) or len(metadata) != 3
+            or metadata[1] != 1 or not isinstance(signature, dict) or getattr(launcher, "launch_cooperative_grid", True)
             or getattr(launcher, "launch_pdl", True) or getattr(launcher, "global_scratch_size", 1) != 0
             or getattr(launcher, "profile_scratch_size", 1) != 0 or len(grid) != 1
             or any(not isinstance(kind, str) for kind in signature.values())):
@@ -366,5 +367,6 @@ def packed_launch(compiled: Any, device: int, grid: tuple[int, ...], args: Seque
     if parameters is None:
         return None
     values, table = parameters
-    packed = built.pack(compiled.function, device, grid[0], 32 * metadata.num_warps, metadata.shared, values, table)
+    num_warps, _, shared_bytes = metadata
+    packed = built.pack(compiled.function, device, grid[0], 32 * num_warps, shared_bytes, values, table)
     return built.launch, packed
