@@ -33,7 +33,7 @@ def slots(values: bytes) -> list[bytes]:
 def test_each_parameter_is_packed_as_the_kernel_reads_it():
     signature = ["*fp32", "*u8", "i32", "i64", "i1", "fp32", "fp64", "fp16", "bf16", "u32", "constexpr", "i32"]
     args = [None, 0x7F00_1234_5670, -5, -(2**40), True, 0.1, 0.1, 1.5, 0.1, 2**32 - 1, 128, 0]
-    values, table = _packed_launch.packed_parameters(signature, args, dynamic=[0, 11])
+    values, table = _packed_launch.packed_parameters(signature, args, changing=[0, 11])
     packed = slots(values)
     # the constexpr has no slot; Triton's two scratch pointers (null) end the parameters
     assert len(packed) == len(signature) - 1 + 2
@@ -55,18 +55,19 @@ def test_each_parameter_is_packed_as_the_kernel_reads_it():
 
 
 @pytest.mark.parametrize(
-    "signature, args, dynamic",
+    "signature, args, changing",
     [
         pytest.param(["*fp32", "nvTmaDesc"], [None, object()], [0], id="tensor-descriptor"),
         pytest.param(["*fp32", "fp32"], [None, 0.5], [1], id="a-float-that-changes"),
+        pytest.param(["*fp32", "i64"], [None, 2**40], [1], id="a-64-bit-integer-that-changes"),
         pytest.param(["*fp32", "constexpr"], [None, 4], [1], id="a-constexpr-that-changes"),
         pytest.param(["*fp32", "i32"], [None], [0], id="fewer-arguments-than-the-signature"),
         pytest.param(["*fp32", "i32"], [None, "4"], [0], id="a-string-for-an-integer"),
         pytest.param(["*fp32"] * 300, [None] * 300, [0], id="more-parameters-than-the-module-takes"),
     ],
 )
-def test_kernels_it_does_not_cover_keep_tritons_launch(signature, args, dynamic):
-    assert _packed_launch.packed_parameters(signature, args, dynamic) is None
+def test_kernels_it_does_not_cover_keep_tritons_launch(signature, args, changing):
+    assert _packed_launch.packed_parameters(signature, args, changing) is None
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def module():
 
 
 def test_the_module_checks_its_arguments(module):
-    values, table = _packed_launch.packed_parameters(["*fp32", "i32", "i32"], [None, None, 7], dynamic=[0, 1])
+    values, table = _packed_launch.packed_parameters(["*fp32", "i32", "i32"], [None, None, 7], changing=[0, 1])
     packed = module.pack(0, 0, 0, 128, 0, values, table)
     with pytest.raises(TypeError, match="takes 2 values after the stream, not 1"):
         module.launch(packed, 0, 1)
@@ -93,7 +94,7 @@ def test_the_module_checks_its_arguments(module):
         module.pack(0, 0, 1, 128, 0, values[:-1], table)
     with pytest.raises(ValueError, match="malformed parameters"):  # more changing slots than parameters
         module.pack(0, 0, 1, 128, 0, values, table * 3)
-    with pytest.raises(ValueError, match="malformed dynamic slot"):
+    with pytest.raises(ValueError, match="malformed changing slot"):
         module.pack(0, 0, 1, 128, 0, values, struct.pack("<HB", 40, 8))
     # a launch of no programs launches nothing (as Triton's launcher), on any machine
     assert module.launch(packed, 0, 1, 2) is None

@@ -38,8 +38,8 @@ _SLOT_BYTES = 8
 MAX_PARAMETERS = 256
 
 _INTEGER_TYPES = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
-# types whose value a launch may write (``dynamic``): pointers, 64-bit and 32-bit integers
-_DYNAMIC_BYTES = {"i64": 8, "u64": 8, "i32": 4}
+# the bytes a launch writes of an argument that changes from call to call: pointers (unsigned) and 32-bit integers
+_CHANGING_BYTES = {"i32": 4}
 
 _SOURCE = r"""
 #include "cuda.h"
@@ -102,9 +102,9 @@ typedef struct {
   unsigned int block_x;
   unsigned int shared_bytes;
   int num_parameters;
-  int num_dynamic;
-  unsigned short dynamic_slot[MAX_PARAMETERS];
-  unsigned char dynamic_bytes[MAX_PARAMETERS];
+  int num_changing;
+  unsigned short changing_slot[MAX_PARAMETERS];
+  unsigned char changing_bytes[MAX_PARAMETERS];
   uint64_t values[MAX_PARAMETERS];
 } PackedLaunch;
 
@@ -116,18 +116,18 @@ static PyTypeObject PackedLaunchType = {
   .tp_doc = "A kernel launch with its parameters packed (made by pack()).",
 };
 
-/* pack(function, device, grid_x, block_x, shared_bytes, values: bytes, dynamic: bytes of (slot, bytes) pairs) */
+/* pack(function, device, grid_x, block_x, shared_bytes, values: bytes, changing: bytes of (slot, bytes) pairs) */
 static PyObject *pack(PyObject *self, PyObject *args) {
   unsigned long long function;
   int device;
   unsigned int grid_x, block_x, shared_bytes;
-  const char *values, *dynamic;
-  Py_ssize_t values_length, dynamic_length;
+  const char *values, *changing;
+  Py_ssize_t values_length, changing_length;
   if (!PyArg_ParseTuple(args, "KiIIIy#y#", &function, &device, &grid_x, &block_x, &shared_bytes, &values,
-                        &values_length, &dynamic, &dynamic_length))
+                        &values_length, &changing, &changing_length))
     return NULL;
-  if (values_length % 8 != 0 || values_length / 8 > MAX_PARAMETERS || dynamic_length % 3 != 0 ||
-      dynamic_length / 3 > values_length / 8) {
+  if (values_length % 8 != 0 || values_length / 8 > MAX_PARAMETERS || changing_length % 3 != 0 ||
+      changing_length / 3 > values_length / 8) {
     PyErr_SetString(PyExc_ValueError, "rl_triton packed launch: malformed parameters");
     return NULL;
   }
@@ -139,31 +139,31 @@ static PyObject *pack(PyObject *self, PyObject *args) {
   packed->block_x = block_x;
   packed->shared_bytes = shared_bytes;
   packed->num_parameters = (int)(values_length / 8);
-  packed->num_dynamic = (int)(dynamic_length / 3);
+  packed->num_changing = (int)(changing_length / 3);
   memcpy(packed->values, values, (size_t)values_length);
-  for (int i = 0; i < packed->num_dynamic; ++i) {
-    unsigned int slot = (unsigned char)dynamic[3 * i] | ((unsigned int)(unsigned char)dynamic[3 * i + 1] << 8);
-    unsigned char bytes = (unsigned char)dynamic[3 * i + 2];
+  for (int i = 0; i < packed->num_changing; ++i) {
+    unsigned int slot = (unsigned char)changing[3 * i] | ((unsigned int)(unsigned char)changing[3 * i + 1] << 8);
+    unsigned char bytes = (unsigned char)changing[3 * i + 2];
     if ((int)slot >= packed->num_parameters || (bytes != 4 && bytes != 8)) {
       Py_DECREF(packed);
-      PyErr_SetString(PyExc_ValueError, "rl_triton packed launch: malformed dynamic slot");
+      PyErr_SetString(PyExc_ValueError, "rl_triton packed launch: malformed changing slot");
       return NULL;
     }
-    packed->dynamic_slot[i] = (unsigned short)slot;
-    packed->dynamic_bytes[i] = bytes;
+    packed->changing_slot[i] = (unsigned short)slot;
+    packed->changing_bytes[i] = bytes;
   }
   return (PyObject *)packed;
 }
 
-/* launch(packed, stream, *values): the packed parameters with ``values`` in the dynamic slots */
+/* launch(packed, stream, *values): the packed parameters with ``values`` in the changing slots */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs < 2 || !Py_IS_TYPE(args[0], &PackedLaunchType)) {
     PyErr_SetString(PyExc_TypeError, "launch(packed, stream, *values) takes a PackedLaunch first");
     return NULL;
   }
   PackedLaunch *packed = (PackedLaunch *)args[0];
-  if (nargs != 2 + packed->num_dynamic) {
-    PyErr_Format(PyExc_TypeError, "this launch takes %d values after the stream, not %zd", packed->num_dynamic,
+  if (nargs != 2 + packed->num_changing) {
+    PyErr_Format(PyExc_TypeError, "this launch takes %d values after the stream, not %zd", packed->num_changing,
                  nargs - 2);
     return NULL;
   }
@@ -172,10 +172,10 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   uint64_t values[MAX_PARAMETERS];
   void *parameters[MAX_PARAMETERS];
   memcpy(values, packed->values, sizeof(uint64_t) * (size_t)packed->num_parameters);
-  for (int i = 0; i < packed->num_dynamic; ++i) {
+  for (int i = 0; i < packed->num_changing; ++i) {
     PyObject *value = args[2 + i];
-    unsigned short slot = packed->dynamic_slot[i];
-    if (packed->dynamic_bytes[i] == 8) {
+    unsigned short slot = packed->changing_slot[i];
+    if (packed->changing_bytes[i] == 8) {
       uint64_t wide = PyLong_AsUnsignedLongLong(value);
       if (wide == (uint64_t)-1 && PyErr_Occurred()) return NULL;
       values[slot] = wide;
@@ -229,7 +229,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef methods[] = {
-  {"pack", pack, METH_VARARGS, "pack(function, device, grid_x, block_x, shared_bytes, values, dynamic)"},
+  {"pack", pack, METH_VARARGS, "pack(function, device, grid_x, block_x, shared_bytes, values, changing)"},
   {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "launch(packed, stream, *values)"},
   {NULL, NULL, 0, NULL},
 };
@@ -308,23 +308,24 @@ def parameter_bytes(kind: str, value: object) -> bytes | None:
 
 
 def packed_parameters(signature: Sequence[str], args: Sequence[object],
-                      dynamic: Sequence[int]) -> tuple[bytes, bytes] | None:
-    """The parameter slots and dynamic-slot table that ``pack`` takes for a kernel of Triton
+                      changing: Sequence[int]) -> tuple[bytes, bytes] | None:
+    """The parameter slots and table of changing slots that ``pack`` takes for a kernel of Triton
     ``signature`` (every argument's type, ``constexpr`` for those compiled in) launched with
     ``args`` (every argument, compile-time ones included), whose arguments at the positions
-    ``dynamic`` (in this order) each launch passes; their values in ``args`` are ignored. None
-    where the signature holds a type that is not packed here."""
+    ``changing`` (in this order) each launch passes; their values in ``args`` are ignored. None
+    where the signature holds a type that is not packed here, or a changing argument that is not a
+    pointer or a 32-bit integer."""
     if len(signature) != len(args):
         return None
     slots: list[bytes] = []
     slot_of: dict[int, tuple[int, int]] = {}
     for position, (kind, value) in enumerate(zip(signature, args, strict=True)):
         if kind == "constexpr":
-            if position in dynamic:
+            if position in changing:
                 return None
             continue
-        if position in dynamic:
-            width = 8 if kind.startswith("*") else _DYNAMIC_BYTES.get(kind)
+        if position in changing:
+            width = 8 if kind.startswith("*") else _CHANGING_BYTES.get(kind)
             if width is None:
                 return None
             slot_of[position] = (len(slots), width)
@@ -338,14 +339,14 @@ def packed_parameters(signature: Sequence[str], args: Sequence[object],
     slots += [bytes(_SLOT_BYTES), bytes(_SLOT_BYTES)]
     if len(slots) > MAX_PARAMETERS:
         return None
-    table = b"".join(struct.pack("<HB", *slot_of[position]) for position in dynamic)
+    table = b"".join(struct.pack("<HB", *slot_of[position]) for position in changing)
     return b"".join(slots), table
 
 
 def packed_launch(compiled: Any, device: int, grid: tuple[int, ...], args: Sequence[object],
-                  dynamic: Sequence[int]) -> tuple[Any, Any] | None:
+                  changing: Sequence[int]) -> tuple[Any, Any] | None:
     """``(launch, packed)``: ``launch(packed, stream, *values)`` launches ``compiled`` on ``grid`` with
-    ``args`` (every argument, compile-time ones included), ``values`` in the places ``dynamic``. None
+    ``args`` (every argument, compile-time ones included), ``values`` in the places ``changing``. None
     where packed launches are off or not built yet, or where the kernel is not one they cover (Triton's
     scratch memory, clusters, cooperative or programmatic-dependent launches, tensor descriptors)."""
     if not ENABLED:
@@ -363,7 +364,7 @@ def packed_launch(compiled: Any, device: int, grid: tuple[int, ...], args: Seque
             or getattr(launcher, "profile_scratch_size", 1) != 0 or len(grid) != 1
             or any(not isinstance(kind, str) for kind in signature.values())):
         return None
-    parameters = packed_parameters(list(signature.values()), args, dynamic)
+    parameters = packed_parameters(list(signature.values()), args, changing)
     if parameters is None:
         return None
     values, table = parameters
