@@ -13,6 +13,7 @@ one ``torch.add``'s in the same round (on CPU the add of 1-element tensors), wit
     python benchmarks/host_cost.py --save before.json   # keep the numbers ...
     python benchmarks/host_cost.py --compare before.json  # ... and print them next to new ones
     python benchmarks/host_cost.py --device cuda --parts  # where a repeated call's time goes
+    python benchmarks/host_cost.py --device cuda --triton-launcher  # replays call Triton's launch function
 
 ``--parts`` adds, for each case that repeats a recorded call, that call's generated replay function
 timed alone (no decorator), with its kernel launches stubbed, with its output allocations stubbed (it
@@ -39,7 +40,7 @@ if importlib.util.find_spec("rl_triton") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import rl_triton
-from rl_triton import _dispatch, _launch, _library, _replay
+from rl_triton import _dispatch, _launch, _library, _packed_launch, _replay
 
 _LAUNCHERS = ("gae", "vtrace", "retrace", "returns", "episodic_scan")
 # every case's ratio is to one of these, timed in the same round: on CPU the first is arithmetic,
@@ -234,6 +235,9 @@ def main() -> None:
     )
     parser.add_argument("--no-replay", action="store_true",
                         help="every call takes the full path (CUDA calls are otherwise replayed: rl_triton._replay)")
+    parser.add_argument("--triton-launcher", action="store_true",
+                        help="replays call Triton's C launch function instead of launching packed parameters "
+                        "(rl_triton._packed_launch)")
     parser.add_argument("--parts", action="store_true",
                         help="also time each repeated call's replay without its launches and/or allocations (CUDA)")
     parser.add_argument("--save", help="write the results to this JSON file")
@@ -243,6 +247,8 @@ def main() -> None:
     cuda = args.device == "cuda"
     if args.no_replay:
         _replay.MAX_SIGNATURES = 0
+    if args.triton_launcher:
+        _packed_launch.ENABLED = False
     if not cuda:
         _stub_triton_path()
         # keep the yardstick's arithmetic on one core so it does not disturb the next case
@@ -263,7 +269,8 @@ def main() -> None:
     header = f"{'call':40s} {'median':>8s} {'min':>8s} {'/ add':>8s} {'quartiles':>9s}"
     if baseline:
         header += f" | {'before median':>13s} {'min':>8s} {'ratio(min)':>10s}"
-    stubbed = "launchers stubbed" if not cuda else "real launches" + (", no replays" if args.no_replay else "")
+    stubbed = "launchers stubbed" if not cuda else "real launches" + (", no replays" if args.no_replay else "") + (
+        ", Triton's launch function" if args.triton_launcher else "")
     print(f"{args.device}, {args.num_envs}x{args.seq_len}, {stubbed}, torch {torch.__version__}; µs per call ({clock_name} clock)")
     print(header)
     timings = _us_per_call_interleaved(cases, args.calls, args.repeats, cuda, clock)

@@ -22,7 +22,7 @@ import triton.language as tl
 from triton import knobs
 from triton.runtime import driver
 
-from rl_triton import _replay
+from rl_triton import _packed_launch, _replay
 from rl_triton._dispatch import interpreter_enabled
 from rl_triton._launcher_builds import building_launchers_aside
 from rl_triton.kernels.gae import BOOTSTRAP_FULL, BOOTSTRAP_LAST, BOOTSTRAP_NONE, gae_kernel
@@ -1389,6 +1389,8 @@ def _launch(kernel: triton.runtime.JITFunction, grid: tuple[int], *args: object,
             recording.abandon(worth_retrying=True)
         return
     if entry is None:
+        # where packed launches are on, replays launch through a C module built beside the first compile
+        _packed_launch.start_build()
         meta = _grouped_meta(args, meta)
         with building_launchers_aside():
             compiled = kernel[grid](*args, **meta)

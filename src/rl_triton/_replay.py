@@ -19,8 +19,9 @@ A replayed call costs finding its recording plus repeating it, and both are kept
 Python operations: each recording is one generated function (``_replay_function``) that checks
 whether a call repeats it (its non-tensor arguments, its tensors' properties by one C++ check,
 ``_tensor_matcher``, their pointers' 16-byte alignment) and if so calls Triton's C launch
-function with every argument written out. A call tries the recordings of calls that had as
-many positional arguments and the same keywords.
+function with every argument written out (or, where ``rl_triton._packed_launch`` is on, launches
+parameters packed when the call was recorded, passing only the call's pointers). A call tries the
+recordings of calls that had as many positional arguments and the same keywords.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from torch.autograd import forward_ad as _forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode
 from typing_extensions import Self
 
-from rl_triton import _checks, _dispatch
+from rl_triton import _checks, _dispatch, _packed_launch
 
 # distinct call signatures kept per estimator; calls beyond them take the full path
 MAX_SIGNATURES = 64
@@ -277,7 +278,8 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     alignment, and the current device is the recorded one. The function is generated, with every
     recorded value bound to a name: a loop over recorded steps that builds each launch's
     arguments costs more than the launch itself; here the checks are written out, and so are the
-    arguments in each call to Triton's C launch function.
+    arguments in each call to Triton's C launch function (or, for packed launches, only the
+    arguments that change from call to call).
     """
     names: dict[str, object] = {"_Tensor": torch.Tensor, **_ALLOCATORS}
 
@@ -364,8 +366,16 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
                 lines.append(f"    w = {bind(geometry.pointers)}(ws)")
                 for index, slot in enumerate(slots):
                     args[slot] = f"w[{index}]"
+            # the launch's arguments that change from call to call: pointers into the call's tensors, workspaces
+            changing = [slot for slot, _ in step.dynamic] + list(step.workspace[0] if step.workspace else ())
+            packed = None if device is None else _packed_launch.packed_launch(
+                step.compiled, device, step.grid, (*step.template, *step.constexprs), changing)
             direct = _kernels().direct_launch(step.compiled, step.grid)
-            if direct is None:
+            if packed is not None:
+                launch_packed, parameters = packed
+                launchers.append(bind(launch_packed))
+                lines.append(f"    {launchers[-1]}({bind(parameters)}, stream, {', '.join(args[slot] for slot in changing)})")
+            elif direct is None:
                 launch = bind(_kernels().replay_launcher(step.compiled, step.constexprs, step.grid))
                 launchers.append(launch)
                 lines.append(f"    {launch}(stream, [{', '.join(args)}])")
