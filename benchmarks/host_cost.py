@@ -6,6 +6,9 @@ With ``--device cuda`` nothing is stubbed and the numbers include Triton's launc
 is synchronised only around each timed batch, so for small problems they are host-bound.
 The cases take turns in rounds; ``/ add`` is the median over rounds of a case's time per call over
 one ``torch.add``'s in the same round (on CPU the add of 1-element tensors), with its quartiles.
+On CUDA, ``GPU`` is a call's own GPU time (calls queued behind a spin kernel, timed back to back); a
+case whose GPU time is 0.8x its time per call or more is marked ``GPU-paced``: the host waited for the
+GPU, so its figure is not host cost (Retrace at 4096x128 with 6 actions is; 64x128 reads its host cost).
 
     python benchmarks/host_cost.py                      # CPU, launchers stubbed
     python benchmarks/host_cost.py --device cuda        # real launches, repeated calls replayed
@@ -219,6 +222,26 @@ def _us_per_call_interleaved(
     return per_call
 
 
+# GPU cycles a microsecond of host time is given when the stream is held (over 2 GHz, so the hold outlasts the queueing)
+_HOLD_CYCLES_PER_US = 4000
+# a case whose GPU time per call is at least this share of its wall time per call is paced by the GPU
+_GPU_PACED = 0.8
+
+
+def _device_us_per_call(fn: Callable[[], object], calls: int, wall_us: float) -> float:
+    """GPU time per call of ``fn`` (CUDA): ``calls`` calls queued behind a spin kernel long enough for the host to
+    queue them all, timed by events around them, so the GPU runs them back to back and never waits for the host."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(_HOLD_CYCLES_PER_US * wall_us * calls) + 100_000)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -267,6 +290,8 @@ def main() -> None:
             parser.error("--parts times replays: it needs --device cuda, without --no-replay")
         cases.update(_replay_parts(cases))
     header = f"{'call':40s} {'median':>8s} {'min':>8s} {'/ add':>8s} {'quartiles':>9s}"
+    if cuda:
+        header += f" {'GPU':>6s}"
     if baseline:
         header += f" | {'before median':>13s} {'min':>8s} {'ratio(min)':>10s}"
     stubbed = "launchers stubbed" if not cuda else "real launches" + (", no replays" if args.no_replay else "") + (
@@ -281,6 +306,10 @@ def main() -> None:
         ratios = sorted(batch / add for batch, add in zip(per_call, yardstick, strict=True))
         low, high = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
         line = f"{name:40s} {median:8.1f} {minimum:8.1f} {statistics.median(ratios):7.2f}x {low:5.2f}-{high:4.2f}"
+        if cuda:
+            # where the GPU's own time is most of a call's, the host waits for it: the time is not host cost
+            gpu = _device_us_per_call(cases[name], min(args.calls, 50), median)
+            line += f" {gpu:6.1f}" + (" GPU-paced" if gpu >= _GPU_PACED * median else "")
         if name in baseline:
             before_median, before_min = baseline[name]
             line += f" | {before_median:13.1f} {before_min:8.1f} {before_min / minimum:9.2f}x"
