@@ -213,7 +213,7 @@ def host_ratio(call, yardstick, rounds: int = 9, repeats: int = 300) -> float:
     return statistics.median(ratios)
 
 
-@pytest.mark.xfail(strict=False, reason="borderline: 1.5-1.7x one PyTorch op (repeated calls) in benchmarks/host_cost.py on an H200 host, 2026-12-01; passes at times while other test workers load the host")
+@pytest.mark.xfail(strict=False, reason="borderline: with packed launches 1.37-1.45x one PyTorch op (repeated calls) in benchmarks/host_cost.py on H100 hosts, 2026-12-05, yet over 1.6x in this test in a run where host_cost.py read 1.45x; 1.5-1.7x on an H200 host before them, 2026-12-01")
 def test_ppo_sized_call_host_cost():
     data = rollout(4096, 128, 0, 0)
     ratio = host_ratio(lambda: CALLS["gae"][0](data), lambda: torch.add(data["r"], data["v"]))
