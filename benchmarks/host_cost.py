@@ -8,7 +8,7 @@ The cases take turns in rounds; ``/ add`` is the median over rounds of a case's 
 one ``torch.add``'s in the same round (on CPU the add of 1-element tensors), with its quartiles.
 On CUDA, ``GPU`` is a call's own GPU time (calls queued behind a spin kernel, timed back to back); a
 case whose GPU time is 0.8x its time per call or more is marked ``GPU-paced``: the host waited for the
-GPU, so its figure is not host cost (Retrace at 4096x128 with 6 actions is; 64x128 reads its host cost).
+GPU, so its figure is not host cost (on a fast host, Retrace at 4096x128 with 6 actions is; 64x128 reads its host cost).
 
     python benchmarks/host_cost.py                      # CPU, launchers stubbed
     python benchmarks/host_cost.py --device cuda        # real launches, repeated calls replayed
