@@ -154,16 +154,16 @@ def _replay_parts(cases: dict[str, Callable[[], object]]) -> dict[str, Callable[
     for case in cases.values():
         case()
         case()
-    # which replay each case runs, with which flattened arguments: every candidate list watched for one call
+    # which replay each case runs, with which arguments: every candidate list watched for one call
     watched, called = [], {}
     # each replayable estimator keeps (its replays, its candidate lists, its failed recordings) there
     for candidates in _replay._all_replays[1::3]:
         for replays in candidates.values():
             for index, replay in enumerate(replays):
-                def watch(flat: tuple, replay: Callable = replay) -> object:
-                    result = replay(flat)
+                def watch(args: tuple, kwargs: dict, replay: Callable = replay) -> object:
+                    result = replay(args, kwargs)
                     if result is not None:
-                        called[replay] = flat
+                        called[replay] = (args, kwargs)
                     return result
 
                 watched.append((replays, index, replay))
@@ -180,17 +180,17 @@ def _replay_parts(cases: dict[str, Callable[[], object]]) -> dict[str, Callable[
             replays[index] = replay
 
     parts: dict[str, Callable[[], object]] = {}
-    for name, (replay, flat) in found.items():
+    for name, (replay, (args, kwargs)) in found.items():
         # the allocations of one replay, handed out again in the order the replay makes them
         recorders, made = _recording_allocators(replay)
-        _without(replay, recorders)(flat)
+        _without(replay, recorders)(args, kwargs)
         allocations = _reused_allocators(recorders, made)
         launches = dict.fromkeys(replay.launchers, _nothing)
-        tensors = [value for value in flat if isinstance(value, torch.Tensor)]
+        tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
         for label, replay_part in (("replay alone", replay), ("replay, no launches", _without(replay, launches)),
                                    ("replay, no allocations", _without(replay, allocations)),
                                    ("replay, neither", _without(replay, {**launches, **allocations}))):
-            parts[f"{name}: {label}"] = lambda part=replay_part, flat=flat: part(flat)
+            parts[f"{name}: {label}"] = lambda part=replay_part, args=args, kwargs=kwargs: part(args, kwargs)
         parts[f"{name}: tensor matcher"] = lambda check=replay.matcher.check, tensors=tensors: check(*tensors)
     return parts
 

@@ -226,6 +226,27 @@ def test_out_dtype_and_keywords(fake_launches):
     assert len(function.replays) == 2
 
 
+def test_keywords_are_matched_by_name(fake_launches):
+    function, (rewards, values, terminateds), _ = fresh_call("gae", 0)
+    function(rewards, values, terminateds, gamma=0.9, lambda_=0.8)  # recorded
+    launches = len(fake_launches)
+    # the same keywords in another order: the same call, replayed
+    function(rewards, values, terminateds, lambda_=0.8, gamma=0.9)
+    _, _, launched = fake_launches[launches]
+    assert all(isinstance(value, int) for value in launched[:3]), "not replayed"
+    assert len(function.replays) == 1
+    # as many keywords, one of them another: never the recorded call (the full path launches with the tensors)
+    last_value = torch.ones(rewards.shape[0])
+    launches = len(fake_launches)
+    function(rewards, values, terminateds, gamma=0.9, last_value=last_value)
+    _, _, launched = fake_launches[launches]
+    assert any(value is last_value for value in launched), "replayed as the recorded call"
+    # fewer and more keywords than recorded: calls of their own
+    function(rewards, values, terminateds, gamma=0.9)
+    function(rewards, values, terminateds, gamma=0.9, lambda_=0.8, time_dim=-1)
+    assert len(function.replays) == 4
+
+
 def test_a_failing_call_leaves_no_recording_behind(fake_launches):
     function, args, _ = fresh_call("gae", 0)
     with pytest.raises(rl_triton.InputError):

@@ -318,14 +318,15 @@ def packed_parameters(signature: Sequence[str], args: Sequence[object],
     pointer or a 32-bit integer."""
     if len(signature) != len(args):
         return None
+    changing_positions = frozenset(changing)
     slots: list[bytes] = []
     slot_of: dict[int, tuple[int, int]] = {}
     for position, (kind, value) in enumerate(zip(signature, args, strict=True)):
         if kind == "constexpr":
-            if position in changing:
+            if position in changing_positions:
                 return None
             continue
-        if position in changing:
+        if position in changing_positions:
             width = 8 if kind.startswith("*") else _CHANGING_BYTES.get(kind)
             if width is None:
                 return None

@@ -21,7 +21,7 @@ whether a call repeats it (its non-tensor arguments, its tensors' properties by 
 ``_tensor_matcher``, their pointers' 16-byte alignment) and if so calls Triton's C launch
 function with every argument written out (or, where ``rl_triton._packed_launch`` is on, launches
 parameters packed when the call was recorded, passing only the call's pointers). A call tries the
-recordings of calls that had as many positional arguments and the same keywords.
+recordings of calls that had as many positional arguments; each checks the call's keywords by name.
 """
 
 from __future__ import annotations
@@ -266,12 +266,34 @@ def _reallocated_as_views(steps: list, result: list[_ResultView]) -> dict[int, _
 _ALLOCATORS = {"_empty_strided": torch.empty_strided, "_empty_like": torch.empty_like, "_zeros": torch.zeros}
 
 
+def _triton_launch_line(step: _Launch, changing: dict[int, str], bind: Callable[[object], str],
+                        launchers: list[str]) -> str:
+    """The line of a generated replay that launches ``step`` through Triton's C launch function, every argument
+    written out (``changing``: the expressions of the arguments that change from call to call, by slot)."""
+    args = [changing[slot] if slot in changing else bind(value) for slot, value in enumerate(step.template)]
+    direct = _kernels().direct_launch(step.compiled, step.grid)
+    if direct is None:
+        launch = bind(_kernels().replay_launcher(step.compiled, step.constexprs, step.grid))
+        launchers.append(launch)
+        return f"{launch}(stream, [{', '.join(args)}])"
+    c_launch, grid, fixed = direct
+    head = [bind(c_launch), *map(bind, grid), "stream", *map(bind, fixed)]
+    launchers.append(head[0])
+    return f"{head[0]}({', '.join([*head[1:], *args, *map(bind, step.constexprs)])})"
+
+
 def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, allocations: list[torch.Tensor],
-                     flat_args: tuple, device: int | None, stream: int | None = None) -> Callable:
-    """The recorded call as one Python function of a new call's flattened arguments. It returns
+                     flat_args: tuple, keywords: tuple[str, ...], device: int | None,
+                     stream: int | None = None) -> Callable:
+    """The recorded call as one Python function ``replay(args, kwargs)`` of a new call's positional
+    and keyword arguments, for calls with as many positional arguments as the recorded one
+    (``flat_args``: its positional arguments, then the values of its ``keywords``). It returns
     the call's result if the call repeats the recorded one, and None if it does not. A call whose
     launch takes a stream's look-back workspaces (``stream``) repeats only on that stream, outside graph
     capture.
+
+    Keyword arguments are taken by name, in any order: building one flat tuple of a keyword call's
+    arguments and a key of its keyword names would cost more than every other check of a replay.
 
     A call repeats the recorded one if its non-tensor arguments are equal (and of the same type),
     its tensors have the recorded properties (``_tensor_matcher``) and their pointers' 16-byte
@@ -295,7 +317,17 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     tensor_index = {position: index for index, position in enumerate(tensor_positions)}
     variables = [f"t{tensor_index[position]}" if position in tensor_index else f"s{position}"
                  for position in range(len(flat_args))]
-    lines = ["def replay(flat):", f"    {', '.join(variables)}, = flat" if variables else "    pass"]
+    positional = len(flat_args) - len(keywords)
+    lines = ["def replay(args, kwargs):"]
+    if positional:
+        lines.append(f"    {', '.join(variables[:positional])}, = args")
+    if keywords:
+        lines += [f"    if len(kwargs) != {len(keywords)}: return None", "    try:"]
+        lines += [f"        {variable} = kwargs[{name!r}]" for variable, name in zip(variables[positional:], keywords,
+                                                                                      strict=True)]
+        lines += ["    except KeyError:", "        return None"]
+    else:
+        lines.append("    if kwargs: return None")
     # only tensors may reach the matcher (PyTorch's crashes on anything else): exactly torch.Tensor
     if tensors:
         lines.append(f"    if {' or '.join(f'{t}.__class__ is not _Tensor' for t in variables if t[0] == 't')}: "
@@ -353,10 +385,12 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
         elif isinstance(step, _ZeroFill):
             lines.append(f"    a{step.allocation}.zero_()")
         else:
-            args = [bind(value) for value in step.template]
+            # each argument that changes from call to call (a pointer into the call's tensors, a look-back
+            # workspace's) as the expression that computes it, by its slot
+            changing: dict[int, str] = {}
             for slot, source in step.dynamic:
                 base = f"p{tensor_index[source.index]}" if source.from_input else f"q{source.index}"
-                args[slot] = f"{base} + {source.byte_offset}" if source.byte_offset else base
+                changing[slot] = f"{base} + {source.byte_offset}" if source.byte_offset else base
             if step.workspace is not None:
                 # the calling thread's workspaces of the recording's stream: the recording thread's at hand
                 slots, (key, workspaces, thread), geometry = step.workspace
@@ -364,27 +398,17 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
                 names["_stream_workspaces"] = _kernels()._stream_workspaces
                 lines.append(f"    ws = {bind(workspaces)} if _thread() == {thread} else _stream_workspaces({bind(key)})")
                 lines.append(f"    w = {bind(geometry.pointers)}(ws)")
-                for index, slot in enumerate(slots):
-                    args[slot] = f"w[{index}]"
-            # the launch's arguments that change from call to call: pointers into the call's tensors, workspaces
-            changing = [slot for slot, _ in step.dynamic] + list(step.workspace[0] if step.workspace else ())
+                changing.update((slot, f"w[{index}]") for index, slot in enumerate(slots))
+            changing_slots = sorted(changing)
             packed = None if device is None else _packed_launch.packed_launch(
-                step.compiled, device, step.grid, (*step.template, *step.constexprs), changing)
-            direct = _kernels().direct_launch(step.compiled, step.grid)
+                step.compiled, device, step.grid, (*step.template, *step.constexprs), changing_slots)
             if packed is not None:
                 launch_packed, parameters = packed
                 launchers.append(bind(launch_packed))
-                lines.append(f"    {launchers[-1]}({bind(parameters)}, stream, {', '.join(args[slot] for slot in changing)})")
-            elif direct is None:
-                launch = bind(_kernels().replay_launcher(step.compiled, step.constexprs, step.grid))
-                launchers.append(launch)
-                lines.append(f"    {launch}(stream, [{', '.join(args)}])")
+                lines.append(f"    {launchers[-1]}({bind(parameters)}, stream, "
+                             f"{', '.join(changing[slot] for slot in changing_slots)})")
             else:
-                c_launch, grid, fixed = direct
-                head = [bind(c_launch), *map(bind, grid), "stream", *map(bind, fixed)]
-                launchers.append(head[0])
-                arguments = ", ".join([*head[1:], *args, *map(bind, step.constexprs)])
-                lines.append(f"    {head[0]}({arguments})")
+                lines.append("    " + _triton_launch_line(step, changing, bind, launchers))
             if step.workspace is not None:
                 lines.append("    ws.cleared(w[6], w[5])")
     outputs = []
@@ -418,9 +442,11 @@ class _Recording(TorchDispatchMode):
         # A recording never runs under torch.compile (those calls take the full path).
         return False
 
-    def __init__(self, flat_args: tuple) -> None:
+    def __init__(self, flat_args: tuple, keywords: tuple[str, ...] = ()) -> None:
         super().__init__()
+        # the call's positional arguments, then the values of its keyword arguments ``keywords``
         self.flat_args = flat_args
+        self.keywords = keywords
         self.steps: list = []
         self.allocations: list[torch.Tensor] = []
         self.replayable = True
@@ -572,7 +598,7 @@ class _Recording(TorchDispatchMode):
         device = torch.cuda.current_device() if any(
             isinstance(value, torch.Tensor) and value.is_cuda for value in self.flat_args) else None
         return _replay_function(steps, views, is_tuple, [self.allocations[index] for index in kept],
-                                self.flat_args, device, self.stream)
+                                self.flat_args, self.keywords, device, self.stream)
 
     def __enter__(self) -> Self:
         _local.recording = self
@@ -596,9 +622,9 @@ def clear() -> None:
 def replayable(function: Function) -> Function:
     """Decorate a public estimator: CUDA calls repeat the recorded work of an identical earlier call."""
     replays: dict[tuple, Callable] = {}  # by signature
-    # by number of positional arguments and keyword names: the replays a call may repeat, each a
-    # function that returns the call's result or None
-    candidates: dict[tuple, list[Callable]] = {}
+    # by number of positional arguments: the replays a call may repeat, each a function of the call's
+    # positional and keyword arguments that returns the call's result or None
+    candidates: dict[int, list[Callable]] = {}
     failed_recordings: dict[tuple, int] = {}
     _all_replays.extend((replays, candidates, failed_recordings))
 
@@ -612,12 +638,8 @@ def replayable(function: Function) -> Function:
             if _forward_ad._current_level >= 0 or _transform_stack() is not None:
                 _checks.untransformed(function, args, kwargs)
             return function(*args, **kwargs)
-        if kwargs:
-            flat_args, arity = (*args, *kwargs.values()), (len(args), *kwargs)
-        else:
-            flat_args, arity = args, (len(args),)
-        for replay in candidates.get(arity, ()):
-            result = replay(flat_args)
+        for replay in candidates.get(len(args), ()):
+            result = replay(args, kwargs)
             if result is not None:
                 return result
         signature = _signature(args, kwargs)
@@ -630,12 +652,12 @@ def replayable(function: Function) -> Function:
             failed = failed_recordings[signature] = failed + 1
         if len(replays) >= MAX_SIGNATURES or active_recording() is not None or failed >= MAX_FAILED_RECORDINGS:
             return function(*args, **kwargs)
-        with _Recording(flat_args) as recording:
+        with _Recording((*args, *kwargs.values()), tuple(kwargs)) as recording:
             result = function(*args, **kwargs)
         replay = recording.finish(result)
         if replay is not None:
             replays[signature] = replay
-            candidates.setdefault(arity, []).append(replay)
+            candidates.setdefault(len(args), []).append(replay)
         elif not recording.worth_retrying and len(failed_recordings) < 16 * MAX_SIGNATURES:
             failed_recordings[signature] = failed_recordings.get(signature, 0) + 1
         return result
