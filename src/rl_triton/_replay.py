@@ -293,7 +293,7 @@ def _replay_function(steps: list, result: list[_ResultView], is_tuple: bool, all
     capture.
 
     Keyword arguments are taken by name, in any order: on a 2-core CPU (launches faked) a V-trace or GAE
-    call with keywords took 0.5-0.9 us less so than when each call built a flat tuple of its arguments
+    call with keywords took 0.5-0.9 us less than when each call built a flat tuple of its arguments
     and a key of its keyword names to find its replays.
 
     A call repeats the recorded one if its non-tensor arguments are equal (and of the same type),
