@@ -187,6 +187,17 @@ BANDWIDTH_CASES = [
     pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024"),
     pytest.param("retrace", 8, 1 << 21, 4, 75, id="retrace4-8x2097152"),
     pytest.param("retrace", 8, 1 << 21, 18, 75, id="retrace18-8x2097152"),
+    # Retrace at the other shapes of the benchmark that move at least 64 MB (74.2% at 512x1024 with 18 actions:
+    # within the noise margin, unmarked)
+    pytest.param("retrace", 512, 1024, 18, 75, id="retrace18-512x1024"),
+    pytest.param("retrace", 64, 16384, 4, 75, id="retrace4-64x16384",
+                 marks=unmet("60.7% in the benchmark", "2026-12-06")),
+    pytest.param("retrace", 8, 131072, 4, 75, id="retrace4-8x131072",
+                 marks=unmet("57.5% in the benchmark", "2026-12-06")),
+    pytest.param("retrace", 64, 16384, 18, 75, id="retrace18-64x16384",
+                 marks=unmet("67.6% in the benchmark", "2026-12-06")),
+    pytest.param("retrace", 8, 131072, 18, 75, id="retrace18-8x131072",
+                 marks=unmet("67.2% in the benchmark", "2026-12-06")),
 ]
 
 
