@@ -65,7 +65,10 @@ def _stub_triton_path() -> None:
         setattr(_launch, name, lambda *args, **kwargs: None)
 
 
-def _cases(device: str, num_envs: int, seq_len: int, num_actions: int) -> dict[str, Callable[[], object]]:
+def _cases(device: str, num_envs: int, seq_len: int, num_actions: int,
+           gamma: float = 0.99) -> dict[str, Callable[[], object]]:
+    """The timed calls, by name (``gamma``: the estimators' discount; calls of another gamma are recorded
+    as replays of their own)."""
     generator = torch.Generator().manual_seed(0)
 
     def randn(*shape: int) -> torch.Tensor:
@@ -89,26 +92,26 @@ def _cases(device: str, num_envs: int, seq_len: int, num_actions: int) -> dict[s
         "torch.add (same tensors)": lambda: torch.add(rewards, values),
         "torch.add (1-element tensors)": lambda: torch.add(tiny_a, tiny_b),
         "compute_gae": lambda: rl_triton.compute_gae(
-            rewards, values, terminateds, gamma=0.99, lambda_=0.95, last_value=last_value
+            rewards, values, terminateds, gamma=gamma, lambda_=0.95, last_value=last_value
         ),
         "compute_gae (truncateds, bootstrap)": lambda: rl_triton.compute_gae(
-            rewards, values, terminateds, truncateds, 0.99, 0.95, bootstrap_values
+            rewards, values, terminateds, truncateds, gamma, 0.95, bootstrap_values
         ),
         "compute_gae (time_dim=0)": lambda: rl_triton.compute_gae(
             rewards_time_major, values_time_major, terminateds_time_major, time_dim=0
         ),
         "compute_vtrace": lambda: rl_triton.compute_vtrace(
-            log_pi, log_mu, values, rewards, terminateds, gamma=0.99, last_value=last_value
+            log_pi, log_mu, values, rewards, terminateds, gamma=gamma, last_value=last_value
         ),
         "compute_retrace": lambda: rl_triton.compute_retrace(
-            probs, behaviour, q_values, next_q, actions, rewards, terminateds, truncateds, 0.99
+            probs, behaviour, q_values, next_q, actions, rewards, terminateds, truncateds, gamma
         ),
         "compute_lambda_returns": lambda: rl_triton.compute_lambda_returns(
-            rewards, values, terminateds, gamma=0.99, lambda_=0.95
+            rewards, values, terminateds, gamma=gamma, lambda_=0.95
         ),
-        "compute_discounted_returns": lambda: rl_triton.compute_discounted_returns(rewards, terminateds, gamma=0.99),
+        "compute_discounted_returns": lambda: rl_triton.compute_discounted_returns(rewards, terminateds, gamma=gamma),
         "compute_eligibility_traces": lambda: rl_triton.compute_eligibility_traces(
-            rewards, terminateds, 0.99, 0.95
+            rewards, terminateds, gamma, 0.95
         ),
         "compute_episodic_prefix_sum": lambda: rl_triton.compute_episodic_prefix_sum(rewards, terminateds),
     }

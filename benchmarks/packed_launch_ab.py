@@ -28,37 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import host_cost
 
-import rl_triton
 from rl_triton import _packed_launch, _replay
 from rl_triton._dispatch import use_backend
 
-
-def _calls(num_envs: int, seq_len: int, num_actions: int, gamma: float) -> dict[str, Callable[[], object]]:
-    generator = torch.Generator().manual_seed(0)
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator).cuda()
-
-    rewards, values, log_mu, log_pi, q_values = (randn(num_envs, seq_len) for _ in range(5))
-    terminateds = (torch.rand(num_envs, seq_len, generator=generator) < 0.01).cuda()
-    truncateds = torch.zeros(num_envs, seq_len, dtype=torch.bool, device="cuda")
-    last_value = randn(num_envs)
-    probs = torch.softmax(randn(num_envs, seq_len, num_actions), -1)
-    next_q = randn(num_envs, seq_len, num_actions)
-    actions = torch.randint(0, num_actions, (num_envs, seq_len), generator=generator).cuda()
-    behaviour = probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    return {
-        "torch.add": lambda: torch.add(rewards, values),
-        "gae": lambda: rl_triton.compute_gae(rewards, values, terminateds, gamma=gamma, lambda_=0.95,
-                                             last_value=last_value),
-        "vtrace": lambda: rl_triton.compute_vtrace(log_pi, log_mu, values, rewards, terminateds, gamma=gamma,
-                                                   last_value=last_value),
-        "retrace": lambda: rl_triton.compute_retrace(probs, behaviour, q_values, next_q, actions, rewards,
-                                                     terminateds, truncateds, gamma),
-        "lambda-returns": lambda: rl_triton.compute_lambda_returns(rewards, values, terminateds, gamma=gamma,
-                                                                   lambda_=0.95),
-        "eligibility-traces": lambda: rl_triton.compute_eligibility_traces(rewards, terminateds, gamma, 0.95),
-    }
+# the cases of host_cost.py that take a gamma: each packed setting records its calls with a gamma of its own
+_CASES = ("compute_gae", "compute_vtrace", "compute_retrace", "compute_lambda_returns", "compute_eligibility_traces")
+_YARDSTICK = host_cost.YARDSTICK["cuda"]
 
 
 def _as_tuple(result: object) -> tuple:
@@ -79,9 +54,10 @@ def main() -> None:
     cases: dict[str, Callable[[], object]] = {}
     for packed, gamma in ((False, 0.99), (True, 0.98)):
         _packed_launch.ENABLED = packed
-        calls = _calls(*shape, gamma)
-        cases.setdefault("torch.add", calls.pop("torch.add"))
-        for name, call in calls.items():
+        calls = host_cost._cases("cuda", *shape, gamma)
+        cases.setdefault(_YARDSTICK, calls[_YARDSTICK])
+        for name in _CASES:
+            call = calls[name]
             for _ in range(3):  # compiled, recorded, replayed
                 call()
             cases[f"{name} ({'packed' if packed else 'Triton launcher'})"] = call
@@ -95,13 +71,13 @@ def main() -> None:
                           for replay in replays for name in replay.launchers)
     print(f"{len(replays)} replays recorded, {packed_launches} packed launches among their launches")
     timings = host_cost._us_per_call_interleaved(cases, args.calls, args.repeats, True, time.perf_counter)
-    yardstick = timings["torch.add"]
+    yardstick = timings[_YARDSTICK]
     print(f"{args.num_envs}x{args.seq_len}, torch {torch.__version__}; µs per call (wall clock), "
           f"{args.repeats} rounds of {args.calls} calls")
-    print(f"{'call':34s} {'median':>8s} {'/ add':>7s}")
+    print(f"{'call':46s} {'median':>8s} {'/ add':>7s}")
     for name, per_call in timings.items():
         ratio = statistics.median(batch / add for batch, add in zip(per_call, yardstick, strict=True))
-        print(f"{name:34s} {statistics.median(per_call):8.2f} {ratio:6.2f}x")
+        print(f"{name:46s} {statistics.median(per_call):8.2f} {ratio:6.2f}x")
 
 
 if __name__ == "__main__":

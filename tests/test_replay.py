@@ -465,3 +465,16 @@ def test_host_cost_parts_stub_what_they_say(fake_launches):
             assert reused == part.endswith(("no allocations", "neither")), (name, part)
         assert launched == [2, 0, 2, 0], (name, launched)
         assert parts[f"{name}: tensor matcher"]() is True
+
+
+def test_host_cost_cases_take_their_gamma():
+    """``benchmarks/packed_launch_ab.py`` records each packed setting's calls under a gamma of its own, through
+    ``host_cost.py``'s cases: every case it times computes with the gamma it is given."""
+    host_cost = benchmark_module("host_cost.py")
+    packed_launch_ab = benchmark_module("packed_launch_ab.py")
+    first, again, other = (host_cost._cases("cpu", 3, 16, 4, gamma) for gamma in (0.99, 0.99, 0.5))
+    for name in packed_launch_ab._CASES:
+        results = [call() for call in (first[name], again[name], other[name])]
+        results = [result if isinstance(result, tuple) else (result,) for result in results]
+        assert all(torch.equal(a, b) for a, b in zip(results[0], results[1], strict=True)), name
+        assert not all(torch.equal(a, b) for a, b in zip(results[0], results[2], strict=True)), name
