@@ -262,13 +262,15 @@ STRIDED_ESTIMATORS = [param for param in ESTIMATORS if param.id != "retrace"]
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
-@pytest.mark.parametrize("rows", [2048, 4096, 8192, 16384, 32768])
+@pytest.mark.parametrize("rows", [2048, 3072, 4096, 6144, 8192, 16384, 32768])
 @pytest.mark.parametrize("low", [False, True], ids=["f32", "bf16-u8"])
 def test_time_major_strided_default_plans(gen, estimator, rows, low):
     # rows of whole groups of 8 steps in every kind of default strided tile, over two chunks and more,
     # direct scans where the plans take them (4096-16384 rows):
-    # 16-row tiles at 2048 rows, and at 4096 but for 2-byte steps (bf16 values, uint8 flags) of GAE and
-    # V-trace, in row pairs of 32 x 128 x 8, and float32 GAE without truncations in 32 x 256 x 16; from
+    # 16-row tiles at 2048 rows, and at 3072-6144 but for 2-byte steps (bf16 values, uint8 flags), whose
+    # tiles hold 32 rows in pairs there (32 x 256 x 16 up to 4224 rows, else 32 x 128 x 8; 32 x 128 x 8 for GAE
+    # with truncations, lambda-returns and, from 4096 rows, V-trace), and float32 GAE without truncations in
+    # 32 x 256 x 16 at 4096; from
     # 16384 rows 2-byte steps in row pairs of 32 x 64 x 4 but GAE with truncations and lambda-returns in
     # four rows per thread (64 x 64 x 4, at 32768 rows 64 x 32 x 2), float32 ones in 32-row tiles,
     # V-trace's in row pairs of 64 x 32 x 4
@@ -279,6 +281,19 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
     for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
         assert got.dtype == dtype
         assert_rel(got, want, HALF_TOLERANCE if low else TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
+@pytest.mark.parametrize("rows, seq_len", [(3072, 512), (4096, 512), (6144, 512), (3090, 520), (5000, 264)])
+def test_time_major_bf16_direct_row_pairs(gen, estimator, rows, seq_len):
+    # bf16 values with uint8 flags stored [T, N] of 3072-8191 rows, in 32-row tiles of row pairs (256 or 128
+    # steps) that recur directly: read, scanned and written without in-range masks where the rows and steps
+    # fill whole tiles (512 steps of 3072, 4096 and 6144 rows), with them where they do not
+    ro = Rollout(gen, (rows,), seq_len, dtype=torch.bfloat16, flag_dtype=torch.uint8, device="cuda")
+    time_major = ro.map(lambda x: x.t().contiguous().t())
+    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
+        assert got.dtype == torch.bfloat16
+        assert_rel(got, want, HALF_TOLERANCE)
 
 
 @pytest.mark.parametrize("estimator", STRIDED_ESTIMATORS)

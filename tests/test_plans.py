@@ -131,6 +131,56 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         _launch._default_plan.cache_clear()
 
 
+def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
+    """bf16 values with uint8 flags stored [T, N] of 3072 rows to as many as 32-row tiles cover with one program
+    per multiprocessor: 32-row tiles in row pairs that recur directly without in-range masks, of 16 warps (GAE
+    without truncations, discounted returns, the episodic scans) or 8 (GAE with truncations, lambda-returns);
+    from there to 8191 rows 32 x 128 x 8 pairs the same way; V-trace keeps its plan, and so do fewer rows and
+    8192."""
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200 or an H100
+
+    def tile(launcher, *inputs):
+        seen = recorded_meta(monkeypatch, launcher, *inputs)
+        assert seen["VEC"] == 8 and not seen["SPLIT"]
+        return (seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], seen["STRIDED_GROUPS"], seen["DIRECT"],
+                seen["WHOLE_TILES"])
+
+    def calls(rows):
+        x, out = (torch.zeros(4096, rows, dtype=torch.bfloat16).t() for _ in range(2))
+        flags = torch.zeros(4096, rows, dtype=torch.uint8).t()
+        return {
+            "gae": tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]),
+            "gae+trunc": tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None),
+            "vtrace": tile(_launch.vtrace, out, torch.zeros(4096, rows, dtype=torch.bfloat16).t(), x, x, x, x, flags,
+                           None, 0.99, 1.0, 1.0, None, x[:, 0]),
+            "discounted": tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None),
+            "lambda": tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x),
+            "episodic": tile(_launch.episodic_scan, out, x, flags, None, 0.9, True),
+        }
+
+    try:
+        for rows in (3072, 4096, 4224):
+            wide, short = (32, 256, 16, 2, True, True), (32, 128, 8, 2, True, True)
+            # V-trace: 16-row tiles below 4096 rows, 32 x 128 x 8 in pairs from 4096, both building maps
+            vtrace = (32, 128, 8, 2, False, False) if rows >= 4096 else (16, 64, 4, True, False, False)
+            assert calls(rows) == {"gae": wide, "gae+trunc": short, "vtrace": vtrace, "discounted": wide,
+                                   "lambda": short, "episodic": wide}
+        # 4256 rows make 133 programs of 32 rows: 32 x 128 x 8 pairs, two programs per multiprocessor
+        for rows in (4256, 6144, 8160):
+            short = (32, 128, 8, 2, True, True)
+            vtrace = (32, 128, 8, 2, False, False)
+            assert calls(rows) == {"gae": short, "gae+trunc": short, "vtrace": vtrace, "discounted": short,
+                                   "lambda": short, "episodic": short}, rows
+        # 8192 rows: pairs of 32 x 128 x 8 as before, recurring directly where direct_rows say
+        assert calls(8192) == {"gae": (32, 128, 8, 2, True, True), "gae+trunc": (32, 128, 8, 2, True, True),
+                               "vtrace": (32, 128, 8, 2, False, False), "discounted": (32, 128, 8, 2, True, True),
+                               "lambda": (32, 128, 8, 2, False, True), "episodic": (32, 128, 8, 2, True, True)}
+        assert calls(2048)["episodic"][:3] == (16, 256, 16)
+    finally:
+        _launch._default_plan.cache_clear()
+
+
 def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_by_step():
     cpu = torch.device("cpu")
     walk = _launch.plan_tiles(8, 1 << 21, True, cpu, heavy=False, walk_split=_launch._GAE_WALK,
@@ -499,7 +549,8 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
 
 def test_row_pairs_where_the_plan_takes_them(monkeypatch):
     """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 8192 rows (GAE without
-    truncations and V-trace from 4096), V-trace of float32 steps from 16384 rows and walks of float32
+    truncations and V-trace from 4096, all but V-trace from 3072 where 32-row tiles make one program per
+    multiprocessor), V-trace of float32 steps from 16384 rows and walks of float32
     eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
     has rows that do not pair up."""
     _launch._default_plan.cache_clear()
@@ -532,12 +583,12 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
         low = {"values": torch.bfloat16, "flags": torch.uint8}
         for name, got in calls(8192, 2048, **low).items():
             assert got == (32, 128, 8, 2, (256,)), name
+        # 4096 rows: one program of 32 rows in pairs per multiprocessor (test_time_major_bf16_tiles_of_one_wave_...)
         at_4096 = calls(4096, 4096, **low)
-        assert at_4096["gae"] == at_4096["vtrace"] == (32, 128, 8, 2, (128,))
-        assert at_4096["lambda"] == (32, 64, 8, True, (128,))
-        assert at_4096["episodic"] == (16, 128, 8, True, (256,))
+        assert at_4096["gae"] == at_4096["episodic"] == (32, 256, 16, 2, (128,))
+        assert at_4096["vtrace"] == at_4096["lambda"] == (32, 128, 8, 2, (128,))
         x, done = stored(4096, 4096, torch.bfloat16), stored(4096, 4096, torch.uint8)
-        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (16, 128, 8, True, (256,))
+        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
         at_16384 = calls(16384, 512, **low)
         assert at_16384.pop("lambda") == (64, 64, 4, 4, (256,))
         for name, got in at_16384.items():

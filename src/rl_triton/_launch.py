@@ -196,8 +196,9 @@ class StridedTimeMajor:
     of calls of 2-byte steps from ``paired_narrow_min_rows`` rows (``_PAIRED_NARROW_MANY_ROWS``,
     ``_PAIRED_NARROW_TILE``; from ``_TIME_MAJOR_MANY_ROWS`` rows ``narrow_many_rows`` where set, which may
     hold four rows per thread), ``paired_many_rows`` for calls of 4-byte steps of at least
-    ``_TIME_MAJOR_MANY_ROWS`` rows, and ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
-    4-byte steps, where set. Rows of no whole number of groups never take them."""
+    ``_TIME_MAJOR_MANY_ROWS`` rows, ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
+    4-byte steps, where set, and those of ``direct_narrow_pairs``. Rows of no whole number of groups never
+    take them."""
 
     vec: int
     many_rows: tuple[int, int, int]
@@ -214,6 +215,11 @@ class StridedTimeMajor:
     # (rows, steps, warps) of the tiles of 4-byte steps from _ONE_WAVE_MIN_ROWS rows where those tiles make
     # one program per multiprocessor at most; None: the tiles below
     one_wave_tile: tuple[int, int, int] | None = None
+    # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows where
+    # those tiles make one program per multiprocessor at most, with _PAIRED_NARROW_TILE above them below
+    # paired_narrow_min_rows; such tiles recur by direct scans and leave out in-range masks where whole
+    # (direct_narrow_pairs); None: the tiles below
+    narrow_one_wave_tile: tuple[int, int, int] | None = None
     # the row counts [first, end) of calls of 2-byte and of 4-byte steps whose tiles walk whole rows by
     # direct scans (TilePlan.direct); None: never
     direct_rows: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
@@ -230,11 +236,27 @@ class StridedTimeMajor:
         """Whether the tiles of such a call leave out in-range masks where they are whole."""
         return _rows_in(self.whole_rows, num_rows, element_bytes)
 
+    def direct_narrow_pairs(self, num_rows: int, multiprocessors: int, whole_groups: bool,
+                            element_bytes: int | None) -> tuple[int, int, int] | None:
+        """The tile (rows, steps, warps) in row pairs, recurring directly without in-range masks where whole, of
+        a call of 2-byte steps in whole groups from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows: ``narrow_one_wave_tile``
+        up to as many rows as it covers with one program per multiprocessor, ``_PAIRED_NARROW_TILE`` from there
+        to ``paired_narrow_min_rows``; None for other calls."""
+        if (not whole_groups or element_bytes != 2 or self.narrow_one_wave_tile is None
+                or num_rows < _NARROW_ONE_WAVE_MIN_ROWS):
+            return None
+        if triton.cdiv(num_rows, self.narrow_one_wave_tile[0]) <= multiprocessors:
+            return self.narrow_one_wave_tile
+        return _PAIRED_NARROW_TILE if num_rows < self.paired_narrow_min_rows else None
+
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, int]:
         """(rows, steps, warps, rows per thread) of the tiles of a call of ``num_rows`` rows (at least
         ``_STRIDED_TILE_MIN_ROWS``) whose widest step takes ``element_bytes``; rows of no whole number of
         groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
+        direct_pairs = self.direct_narrow_pairs(num_rows, multiprocessors, whole_groups, element_bytes)
+        if direct_pairs is not None:
+            return *direct_pairs, 2
         if whole_groups and element_bytes == 2 and num_rows >= self.paired_narrow_min_rows:
             if num_rows >= _TIME_MAJOR_MANY_ROWS and self.narrow_many_rows is not None:
                 rows, steps, warps, rows_per_thread = self.narrow_many_rows
@@ -309,6 +331,27 @@ _WIDE_WALK_ELEMENT_BYTES = 4
 # - float32 stored [T, N]: within 3 points but prefix sums at 16384x512, 82.7-83.6 -> 74.0-75.7 in the repeats.
 # So tiles of 2-byte steps from 4096 to 16383 rows take whole tiles, but V-trace's.
 STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16, whole_rows=((4096, 16384), None))
+# Tiles of 2-byte steps (bf16 values, uint8 flags) of 32 rows in row pairs, recurring by direct scans without
+# in-range masks, against the plans above (16-row tiles of one row per thread, or 32 x 128 x 8 pairs for GAE
+# without truncations and V-trace), measured on an H100 (132 multiprocessors), % of the copy ceiling,
+# 2 input sets (benchmarks/results/h100-2026-12-06-run56-pairs-sweep.txt; prefix sums -run56-pairs-4096.txt),
+# at 4096x4096 / 3072x4096, the plan -> 32 x 256 x 16 (one program of 16 warps per multiprocessor) / 32 x 128 x 8:
+# - GAE without truncations 80.6 / 47.0 -> 89.7 / 83.1 | 80.7 / 69.8
+# - eligibility traces 69.5 / 46.3 -> 81.4 / 71.3 | 68.4 / 57.6 (prefix sums at 4096x4096: 69.4 -> 81.3 | 68.1)
+# - discounted returns 70.1 / 47.8 -> 83.2 / 74.0 | 70.7 / 60.6
+# - lambda-returns 73.1 / 55.1 -> 85.8 / 82.2 | 91.3 / 78.3
+# - GAE with truncations 76.5 / 54.6 -> 79.2 / 63.8 | 82.5 / 69.0
+# - V-trace 88.4 / 60.2 -> 72.0 / 58.8 | 82.7 / 72.0 (its plan at 4096 rows: 88.4; not taken).
+# Each estimator but V-trace takes the tile that reads more at 4096 rows, where the tiles make one program per
+# multiprocessor at most (3072-4224 rows on 132 multiprocessors); 2048 rows (64 programs) were not measured.
+# From there to paired_narrow_min_rows (8192 but for GAE and V-trace) the same estimators take 32 x 128 x 8 pairs,
+# direct and whole: at 6144x4096 on an H100, the plan -> 32 x 128 x 8 / 32 x 256 x 16, 2 input sets
+# (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt): GAE with truncations 62.7 -> 72.2 / 68.2,
+# lambda-returns 65.7 -> 78.0 / 74.6, discounted returns 64.5 -> 78.0 / 72.9, eligibility traces 63.0 -> 76.2 /
+# 69.6 (GAE 90.3: its plan already; V-trace 68.7 -> 70.6, not taken). The plans above came from H200 runs
+# before direct scans and whole tiles existed; these tiles were not measured on an H200.
+_NARROW_ONE_WAVE_MIN_ROWS = 3072
+_NARROW_ONE_WAVE_16_WARPS = (32, 256, 16)
 # Direct scans (kernels/scan.py: recur_in_thread) against every step's map, measured on an H200 at 4096,
 # 8192 and 16384 rows (4096x4096, 8192x2048, 16384x512), % of the copy ceiling, 3 input sets
 # (benchmarks/results/h200-2026-12-03-run30-direct-sweep.txt, one run; the final plans against maps in
@@ -325,7 +368,8 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16, who
 #   91.0 -> 88.2 / 93.5 / 89.8, with truncations 80.2 / 94.0 / 91.9 -> 70.3 / 96.1 / 91.9, V-trace
 #   91.0 / 87.8 / 91.0 -> 90.8 / 90.3 / 91.8 (not taken: within a run's spread, or losing at 4096 rows).
 # Not measured from 32768 rows (other tiles): those build maps.
-DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, direct_rows=((4096, _DIRECT_MAX_ROWS), (8192, _DIRECT_MAX_ROWS)))
+DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, narrow_one_wave_tile=_NARROW_ONE_WAVE_16_WARPS,
+                                                    direct_rows=((4096, _DIRECT_MAX_ROWS), (8192, _DIRECT_MAX_ROWS)))
 # Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
 # instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
 # (bf16 values, uint8 flags), compiled for sm_90a, but a tile of 32 rows in pairs makes half the programs
@@ -349,6 +393,7 @@ DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, direct_r
 _PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
 _PAIRED_NARROW_TILE = (32, 128, 8)
 EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16),
+                                                  narrow_one_wave_tile=_NARROW_ONE_WAVE_16_WARPS,
                                                   direct_rows=((4096, _DIRECT_MAX_ROWS), (16384, _DIRECT_MAX_ROWS)))
 # Four neighbouring rows per thread (8-byte loads of bf16) in 64-row tiles make a quarter of the programs
 # of 16-row tiles, and read less than pairs wherever the programs are fewer than about two per
@@ -362,10 +407,12 @@ EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_wal
 _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
                                                        narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+                                                       narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                        direct_rows=((8192, _DIRECT_MAX_ROWS), None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+                                                narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                 direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
 # GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
 # of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
@@ -374,7 +421,7 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # rows only, so they are taken only where they make one program per multiprocessor at most.
 _ONE_WAVE_MIN_ROWS = 4096
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=(32, 256, 16),
+                                             one_wave_tile=(32, 256, 16), narrow_one_wave_tile=_NARROW_ONE_WAVE_16_WARPS,
                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096)
@@ -896,11 +943,14 @@ def _plan(
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
     default_tiles = not split and _override.block_rows is None and _override.block_time is None
-    direct = default_tiles and strided_tile and strided_time_major.direct(num_rows, element_bytes)
+    # the tiles of direct_narrow_pairs recur directly and leave out in-range masks where whole
+    direct_pairs = strided_tile and strided_time_major.direct_narrow_pairs(
+        num_rows, _multiprocessors(device), whole_groups, element_bytes) is not None
+    direct = default_tiles and strided_tile and (direct_pairs or strided_time_major.direct(num_rows, element_bytes))
     if _override.direct is not None:
         direct = _override.direct
     if strided_tile:
-        whole_tiles = default_tiles and strided_time_major.whole(num_rows, element_bytes)
+        whole_tiles = default_tiles and (direct_pairs or strided_time_major.whole(num_rows, element_bytes))
     else:
         whole_tiles = default_tiles and not time_major and narrow_whole_rows and element_bytes == 2
     if _override.whole_tiles is not None:
