@@ -548,9 +548,8 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
 
 
 def test_row_pairs_where_the_plan_takes_them(monkeypatch):
-    """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 8192 rows (GAE without
-    truncations and V-trace from 4096, all but V-trace from 3072 where 32-row tiles make one program per
-    multiprocessor), V-trace of float32 steps from 16384 rows and walks of float32
+    """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 3072 rows (V-trace from
+    4096), V-trace of float32 steps from 16384 rows and walks of float32
     eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
     has rows that do not pair up."""
     _launch._default_plan.cache_clear()
