@@ -269,7 +269,7 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
     # direct scans where the plans take them (4096-16384 rows):
     # 16-row tiles at 2048 rows, and at 3072-6144 but for 2-byte steps (bf16 values, uint8 flags), whose
     # tiles hold 32 rows in pairs there (32 x 256 x 16 up to 4224 rows, else 32 x 128 x 8; 32 x 128 x 8 for GAE
-    # with truncations, lambda-returns and, from 4096 rows, V-trace), and float32 GAE without truncations in
+    # with truncations, lambda-returns and V-trace), and float32 GAE without truncations in
     # 32 x 256 x 16 at 4096; from
     # 16384 rows 2-byte steps in row pairs of 32 x 64 x 4 but GAE with truncations and lambda-returns in
     # four rows per thread (64 x 64 x 4, at 32768 rows 64 x 32 x 2), float32 ones in 32-row tiles,

@@ -256,7 +256,7 @@ LAYOUT_UNMET: dict[tuple[str, str, int, int], tuple[str, str]] = {
        # whole tiles (benchmarks/results/h200-2026-12-03-run31-whole-ab.txt, batch-major float32 from the same run);
        # not measured on an H200 since bf16 ones take 32-row tiles in pairs there: on an H100 (2026-12-06,
        # -run57-one-wave-perf-bench-ab.txt) GAE 89.9%, lambda-returns 91.3%, discounted returns 83.2%, eligibility
-       # traces 81.6% against 97.5-99.9% batch-major float32, V-trace unchanged (its plan: 88.9% in
+       # traces 81.6% against 97.5-99.9% batch-major float32, V-trace's plan there unchanged (88.9% in
        # -run57-pairs-above-one-wave.txt)
        for name, low, high in (("gae", 64.6, 95.0), ("vtrace", 62.5, 96.0), ("lambda_returns", 54.8, 96.0),
                                ("discounted_returns", 53.8, 87.1), ("eligibility_traces", 52.3, 94.2),

@@ -135,8 +135,8 @@ def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
     """bf16 values with uint8 flags stored [T, N] of 3072 rows to as many as 32-row tiles cover with one program
     per multiprocessor: 32-row tiles in row pairs that recur directly without in-range masks, of 16 warps (GAE
     without truncations, discounted returns, the episodic scans) or 8 (GAE with truncations, lambda-returns);
-    from there to 8191 rows 32 x 128 x 8 pairs the same way; V-trace keeps its plan, and so do fewer rows and
-    8192."""
+    from there to 8191 rows 32 x 128 x 8 pairs the same way; V-trace in 32 x 128 x 8 pairs the same way below
+    4096 rows, with maps from 4096 as before; fewer rows and 8192 keep their plans."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200 or an H100
 
@@ -162,8 +162,8 @@ def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
     try:
         for rows in (3072, 4096, 4224):
             wide, short = (32, 256, 16, 2, True, True), (32, 128, 8, 2, True, True)
-            # V-trace: 16-row tiles below 4096 rows, 32 x 128 x 8 in pairs from 4096, both building maps
-            vtrace = (32, 128, 8, 2, False, False) if rows >= 4096 else (16, 64, 4, True, False, False)
+            # V-trace: 32 x 128 x 8 in pairs, direct and whole below 4096 rows, building maps from 4096
+            vtrace = (32, 128, 8, 2, False, False) if rows >= 4096 else short
             assert calls(rows) == {"gae": wide, "gae+trunc": short, "vtrace": vtrace, "discounted": wide,
                                    "lambda": short, "episodic": wide}
         # 4256 rows make 133 programs of 32 rows: 32 x 128 x 8 pairs, two programs per multiprocessor
@@ -548,8 +548,8 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
 
 
 def test_row_pairs_where_the_plan_takes_them(monkeypatch):
-    """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 3072 rows (V-trace from
-    4096), V-trace of float32 steps from 16384 rows and walks of float32
+    """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 3072 rows, V-trace of
+    float32 steps from 16384 rows and walks of float32
     eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
     has rows that do not pair up."""
     _launch._default_plan.cache_clear()

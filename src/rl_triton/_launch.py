@@ -216,10 +216,11 @@ class StridedTimeMajor:
     # one program per multiprocessor at most; None: the tiles below
     one_wave_tile: tuple[int, int, int] | None = None
     # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows where
-    # those tiles make one program per multiprocessor at most, with _PAIRED_NARROW_TILE above them below
-    # paired_narrow_min_rows; such tiles recur by direct scans and leave out in-range masks where whole
+    # those tiles make one program per multiprocessor at most, with _PAIRED_NARROW_TILE above them up to
+    # narrow_direct_pairs_end rows; such tiles recur by direct scans and leave out in-range masks where whole
     # (direct_narrow_pairs); None: the tiles below
     narrow_one_wave_tile: tuple[int, int, int] | None = None
+    narrow_direct_pairs_end: int = 8192
     # the row counts [first, end) of calls of 2-byte and of 4-byte steps whose tiles walk whole rows by
     # direct scans (TilePlan.direct); None: never
     direct_rows: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
@@ -239,15 +240,15 @@ class StridedTimeMajor:
     def direct_narrow_pairs(self, num_rows: int, multiprocessors: int, whole_groups: bool,
                             element_bytes: int | None) -> tuple[int, int, int] | None:
         """The tile (rows, steps, warps) in row pairs, recurring directly without in-range masks where whole, of
-        a call of 2-byte steps in whole groups from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows: ``narrow_one_wave_tile``
-        up to as many rows as it covers with one program per multiprocessor, ``_PAIRED_NARROW_TILE`` from there
-        to ``paired_narrow_min_rows``; None for other calls."""
+        a call of 2-byte steps in whole groups from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows below
+        ``narrow_direct_pairs_end``: ``narrow_one_wave_tile`` up to as many rows as it covers with one program
+        per multiprocessor, ``_PAIRED_NARROW_TILE`` above; None for other calls."""
         if (not whole_groups or element_bytes != 2 or self.narrow_one_wave_tile is None
-                or num_rows < _NARROW_ONE_WAVE_MIN_ROWS):
+                or not _NARROW_ONE_WAVE_MIN_ROWS <= num_rows < self.narrow_direct_pairs_end):
             return None
         if triton.cdiv(num_rows, self.narrow_one_wave_tile[0]) <= multiprocessors:
             return self.narrow_one_wave_tile
-        return _PAIRED_NARROW_TILE if num_rows < self.paired_narrow_min_rows else None
+        return _PAIRED_NARROW_TILE
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None) -> tuple[int, int, int, int]:
@@ -341,14 +342,15 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16, who
 # - discounted returns 70.1 / 47.8 -> 83.2 / 74.0 | 70.7 / 60.6
 # - lambda-returns 73.1 / 55.1 -> 85.8 / 82.2 | 91.3 / 78.3
 # - GAE with truncations 76.5 / 54.6 -> 79.2 / 63.8 | 82.5 / 69.0
-# - V-trace 88.4 / 60.2 -> 72.0 / 58.8 | 82.7 / 72.0 (its plan at 4096 rows: 88.4; not taken).
+# - V-trace 88.4 / 60.2 -> 72.0 / 58.8 | 82.7 / 72.0 (its plan at 4096 rows: 88.4; taken below 4096 rows only).
 # Each estimator but V-trace takes the tile that reads more at 4096 rows, where the tiles make one program per
 # multiprocessor at most (3072-4224 rows on 132 multiprocessors); 2048 rows (64 programs) were not measured.
-# From there to paired_narrow_min_rows (8192 but for GAE and V-trace) the same estimators take 32 x 128 x 8 pairs,
-# direct and whole: at 6144x4096 on an H100, the plan -> 32 x 128 x 8 / 32 x 256 x 16, 2 input sets
+# From there to 8191 rows the same estimators take 32 x 128 x 8 pairs, direct and whole (GAE's plan from 4096
+# rows): at 6144x4096 on an H100, the plan -> 32 x 128 x 8 / 32 x 256 x 16, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt): GAE with truncations 62.7 -> 72.2 / 68.2,
 # lambda-returns 65.7 -> 78.0 / 74.6, discounted returns 64.5 -> 78.0 / 72.9, eligibility traces 63.0 -> 76.2 /
-# 69.6 (GAE 90.3: its plan already; V-trace 68.7 -> 70.6, not taken). The plans above came from H200 runs
+# 69.6 (GAE 90.3: its plan already; V-trace 68.7 -> 70.6, not taken; V-trace below 4096 rows: see its plans).
+# The plans above came from H200 runs
 # before direct scans and whole tiles existed; these tiles were not measured on an H200.
 _NARROW_ONE_WAVE_MIN_ROWS = 3072
 _NARROW_ONE_WAVE_16_WARPS = (32, 256, 16)
@@ -423,8 +425,12 @@ _ONE_WAVE_MIN_ROWS = 4096
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
                                              one_wave_tile=(32, 256, 16), narrow_one_wave_tile=_NARROW_ONE_WAVE_16_WARPS,
                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
+# V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
+# (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
+# 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
-                                             paired_narrow_min_rows=4096)
+                                             paired_narrow_min_rows=4096, narrow_one_wave_tile=_PAIRED_NARROW_TILE,
+                                             narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
 # Batch-major whole rows without in-range masks where the rows and steps fill whole tiles, against the same
 # tiles masked, on an H200, % of the copy ceiling at 16384x512 / 4096x4096, masked -> whole
