@@ -350,8 +350,8 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16, who
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt): GAE with truncations 62.7 -> 72.2 / 68.2,
 # lambda-returns 65.7 -> 78.0 / 74.6, discounted returns 64.5 -> 78.0 / 72.9, eligibility traces 63.0 -> 76.2 /
 # 69.6 (GAE 90.3: its plan already; V-trace 68.7 -> 70.6, not taken; V-trace below 4096 rows: see its plans).
-# The plans above came from H200 runs
-# before direct scans and whole tiles existed; these tiles were not measured on an H200.
+# The plans above came from H200 runs before direct scans and whole tiles existed; these tiles were not measured
+# on an H200.
 _NARROW_ONE_WAVE_MIN_ROWS = 3072
 _NARROW_ONE_WAVE_16_WARPS = (32, 256, 16)
 # Direct scans (kernels/scan.py: recur_in_thread) against every step's map, measured on an H200 at 4096,
