@@ -284,11 +284,13 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
-@pytest.mark.parametrize("rows, seq_len", [(3072, 512), (4096, 512), (6144, 512), (3090, 520), (5000, 264)])
+@pytest.mark.parametrize("rows, seq_len", [(3072, 512), (4096, 512), (6144, 512), (3088, 264), (3090, 520),
+                                           (5000, 264)])
 def test_time_major_bf16_direct_row_pairs(gen, estimator, rows, seq_len):
     # bf16 values with uint8 flags stored [T, N] of 3072-8191 rows, in 32-row tiles of row pairs (256 or 128
     # steps) that recur directly: read, scanned and written without in-range masks where the rows and steps
-    # fill whole tiles (512 steps of 3072, 4096 and 6144 rows), with them where they do not
+    # fill whole tiles (512 steps of 3072, 4096 and 6144 rows), with them where they do not (3088 rows: pairs
+    # and a partial last tile; 3090 and 5000 rows, no multiple of 16: one row per thread in the same tiles)
     ro = Rollout(gen, (rows,), seq_len, dtype=torch.bfloat16, flag_dtype=torch.uint8, device="cuda")
     time_major = ro.map(lambda x: x.t().contiguous().t())
     for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
