@@ -353,7 +353,8 @@ STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 32, 4), (32, 64, 8), 8192, 16, who
 # The plans above came from H200 runs before direct scans and whole tiles existed; these tiles were not measured
 # on an H200.
 _NARROW_ONE_WAVE_MIN_ROWS = 3072
-_NARROW_ONE_WAVE_16_WARPS = (32, 256, 16)
+# tiles of 32 rows x 256 steps, 16 warps: one program per multiprocessor (2-byte steps in pairs; float32 GAE)
+_ONE_WAVE_16_WARPS = (32, 256, 16)
 # Direct scans (kernels/scan.py: recur_in_thread) against every step's map, measured on an H200 at 4096,
 # 8192 and 16384 rows (4096x4096, 8192x2048, 16384x512), % of the copy ceiling, 3 input sets
 # (benchmarks/results/h200-2026-12-03-run30-direct-sweep.txt, one run; the final plans against maps in
@@ -370,7 +371,7 @@ _NARROW_ONE_WAVE_16_WARPS = (32, 256, 16)
 #   91.0 -> 88.2 / 93.5 / 89.8, with truncations 80.2 / 94.0 / 91.9 -> 70.3 / 96.1 / 91.9, V-trace
 #   91.0 / 87.8 / 91.0 -> 90.8 / 90.3 / 91.8 (not taken: within a run's spread, or losing at 4096 rows).
 # Not measured from 32768 rows (other tiles): those build maps.
-DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, narrow_one_wave_tile=_NARROW_ONE_WAVE_16_WARPS,
+DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                                     direct_rows=((4096, _DIRECT_MAX_ROWS), (8192, _DIRECT_MAX_ROWS)))
 # Row pairs (two neighbouring rows per thread, each step of both loaded as one vector) cut the
 # instructions per element of time-major GAE at 4096x4096 from 77 to 50.5 (float32) and from 83 to 51.5
@@ -395,7 +396,7 @@ DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, narrow_o
 _PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
 _PAIRED_NARROW_TILE = (32, 128, 8)
 EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16),
-                                                  narrow_one_wave_tile=_NARROW_ONE_WAVE_16_WARPS,
+                                                  narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                                   direct_rows=((4096, _DIRECT_MAX_ROWS), (16384, _DIRECT_MAX_ROWS)))
 # Four neighbouring rows per thread (8-byte loads of bf16) in 64-row tiles make a quarter of the programs
 # of 16-row tiles, and read less than pairs wherever the programs are fewer than about two per
@@ -423,7 +424,7 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # rows only, so they are taken only where they make one program per multiprocessor at most.
 _ONE_WAVE_MIN_ROWS = 4096
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=(32, 256, 16), narrow_one_wave_tile=_NARROW_ONE_WAVE_16_WARPS,
+                                             one_wave_tile=_ONE_WAVE_16_WARPS, narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
