@@ -262,15 +262,16 @@ STRIDED_ESTIMATORS = [param for param in ESTIMATORS if param.id != "retrace"]
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
-@pytest.mark.parametrize("rows", [2048, 3072, 4096, 6144, 8192, 16384, 32768])
+@pytest.mark.parametrize("rows", [2048, 3072, 4096, 4112, 6144, 8192, 16384, 32768])
 @pytest.mark.parametrize("low", [False, True], ids=["f32", "bf16-u8"])
 def test_time_major_strided_default_plans(gen, estimator, rows, low):
     # rows of whole groups of 8 steps in every kind of default strided tile, over two chunks and more,
     # direct scans where the plans take them (4096-16384 rows):
     # 16-row tiles at 2048 rows, and at 3072-6144 but for 2-byte steps (bf16 values, uint8 flags), whose
     # tiles hold 32 rows in pairs there (32 x 256 x 16 up to 4224 rows, else 32 x 128 x 8; 32 x 128 x 8 for GAE
-    # with truncations, lambda-returns and V-trace), and float32 GAE without truncations in
-    # 32 x 256 x 16 at 4096; from
+    # with truncations, lambda-returns and V-trace), and float32 GAE at 4096-4224 rows in one program of 32 rows
+    # per multiprocessor (32 x 256 x 16; with truncations 32 x 128 x 8 in pairs; V-trace 32 x 64 x 8), 4112 rows
+    # with a partial last tile; from
     # 16384 rows 2-byte steps in row pairs of 32 x 64 x 4 but GAE with truncations and lambda-returns in
     # four rows per thread (64 x 64 x 4, at 32768 rows 64 x 32 x 2), float32 ones in 32-row tiles,
     # V-trace's in row pairs of 64 x 32 x 4

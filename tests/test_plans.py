@@ -81,8 +81,9 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
 def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeypatch):
     """Below 8192 rows (lambda-returns: 4096) tiles of 16 rows: twice the programs of 32-row tiles, with
     16 warps (V-trace 8) where one program per multiprocessor covers the rows and half as many where
-    more programs than multiprocessors share them (but GAE without truncations from 4096 rows, where
-    tiles of 32 x 256 make one program per multiprocessor); fewer than 2048 rows split time."""
+    more programs than multiprocessors share them (but GAE and V-trace from 4096 rows, where 32-row tiles
+    make one program per multiprocessor: GAE 32 x 256 x 16, with truncations 32 x 128 x 8 in row pairs,
+    V-trace 32 x 64 x 8); fewer than 2048 rows split time."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
 
@@ -91,7 +92,8 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         if seen["SPLIT"]:
             return "split", seen.get("STRIDED_GROUPS", False)
         assert seen["VEC"] == 8 and seen["STRIDED_GROUPS"]
-        return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]
+        # STRIDED_GROUPS: the rows each thread holds (True: one)
+        return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], int(seen["STRIDED_GROUPS"])
 
     def calls(rows):
         x, flags, out = (torch.zeros(4096, rows).t() for _ in range(3))
@@ -106,21 +108,25 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         }
 
     try:
-        wide, narrow = (32, 64, 8), {"gae": (16, 128, 8), "vtrace": (16, 64, 4)}
-        # 6144 rows: 384 programs of 16 rows would not fit two to a multiprocessor
-        for rows in (6144, 8192, 16383):
+        wide, narrow = (32, 64, 8, 1), {"gae": (16, 128, 8, 1), "vtrace": (16, 64, 4, 1)}
+        # 6144 rows: 384 programs of 16 rows would not fit two to a multiprocessor; 4256: 266 of them (and 133 of
+        # 32 rows, more than one per multiprocessor)
+        for rows in (4256, 6144, 8192, 16383):
             assert set(calls(rows).values()) == {wide}
-        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; GAE without
-        # truncations at 4096 to 4224 rows: 32 x 256 tiles with 16 warps, one program per multiprocessor
+        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; GAE and V-trace at
+        # 4096 to 4224 rows: 32-row tiles, one program per multiprocessor
         for rows in (4224, 4096, 3072):
-            one_wave = rows >= 4096
-            assert calls(rows) == {"gae": (32, 256, 16) if one_wave else narrow["gae"], "gae+trunc": narrow["gae"],
-                                   "vtrace": narrow["vtrace"],
-                                   "discounted": narrow["gae"], "lambda": wide if one_wave else narrow["gae"],
-                                   "episodic": narrow["gae"]}
+            if rows >= 4096:
+                one_wave = {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2), "vtrace": (32, 64, 8, 1),
+                            "lambda": wide}
+            else:
+                one_wave = {"gae": narrow["gae"], "gae+trunc": narrow["gae"], "vtrace": narrow["vtrace"],
+                            "lambda": narrow["gae"]}
+            assert calls(rows) == {**one_wave, "discounted": narrow["gae"], "episodic": narrow["gae"]}, rows
         # 2048 rows: 128 programs, one per multiprocessor
-        assert calls(2048) == {"gae": (16, 256, 16), "gae+trunc": (16, 256, 16), "vtrace": (16, 128, 8),
-                               "discounted": (16, 256, 16), "lambda": (16, 256, 16), "episodic": (16, 256, 16)}
+        assert calls(2048) == {"gae": (16, 256, 16, 1), "gae+trunc": (16, 256, 16, 1), "vtrace": (16, 128, 8, 1),
+                               "discounted": (16, 256, 16, 1), "lambda": (16, 256, 16, 1),
+                               "episodic": (16, 256, 16, 1)}
         assert {plan[0] for plan in calls(2047).values()} == {"split"}
         # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles
         for rows, seq_len, expected in ((3000, 4095, (16, 128, 4)), (4096, 4095, (32, 64, 8))):
@@ -549,7 +555,7 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
 
 def test_row_pairs_where_the_plan_takes_them(monkeypatch):
     """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 3072 rows, V-trace of
-    float32 steps from 16384 rows and walks of float32
+    float32 steps from 16384 rows, GAE with truncations of float32 steps at 4096-4224 rows and walks of float32
     eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
     has rows that do not pair up."""
     _launch._default_plan.cache_clear()
@@ -609,13 +615,16 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
         # bf16 values with float32 flags: 4-byte steps (GAE without truncations: one program of 32 x 256
         # per multiprocessor)
         assert calls(4096, 4096, values=torch.bfloat16)["gae"] == (32, 256, 16, True, (128,))
-        assert calls(4096, 4096, values=torch.bfloat16)["vtrace"] == (16, 64, 4, True, (256,))
+        assert calls(4096, 4096, values=torch.bfloat16)["vtrace"] == (32, 64, 8, True, (128,))
         # 4104 rows do not pair up (not a multiple of 16): the planned tile, one row per thread
         assert calls(4104, 4096, **low)["gae"][3] is True
         # float32: V-trace from 16384 rows in pairs of 64 x 32 x 4, the others one row per thread
         many = calls(16384, 512)
         assert many["vtrace"] == (64, 32, 4, 2, (256,))
         assert many["gae"] == (32, 32, 4, True, (512,))
+        # float32 GAE with truncations at 4096 rows: one program of 32 x 128 x 8 pairs per multiprocessor
+        x, done = stored(4096, 4096), stored(4096, 4096)
+        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
         # walks of 64 rows: eligibility traces in pairs, 32 x 128 x 8, two programs per multiprocessor
         walks = calls(64, 1 << 18)
         assert walks["episodic"][:4] == (32, 128, 8, 2)

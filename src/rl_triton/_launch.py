@@ -212,9 +212,9 @@ class StridedTimeMajor:
     # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows,
     # half the steps and warps from twice as many rows; None: _PAIRED_NARROW_MANY_ROWS in row pairs
     narrow_many_rows: tuple[int, int, int, int] | None = None
-    # (rows, steps, warps) of the tiles of 4-byte steps from _ONE_WAVE_MIN_ROWS rows where those tiles make
-    # one program per multiprocessor at most; None: the tiles below
-    one_wave_tile: tuple[int, int, int] | None = None
+    # (rows, steps, warps, rows per thread) of the tiles of 4-byte steps in whole groups from _ONE_WAVE_MIN_ROWS
+    # rows where those tiles make one program per multiprocessor at most; None: the tiles below
+    one_wave_tile: tuple[int, int, int, int] | None = None
     # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows where
     # those tiles make one program per multiprocessor at most, with _PAIRED_NARROW_TILE above them up to
     # narrow_direct_pairs_end rows; such tiles recur by direct scans and leave out in-range masks where whole
@@ -274,7 +274,7 @@ class StridedTimeMajor:
             return *self.many_rows, 1
         if (whole_groups and element_bytes == 4 and self.one_wave_tile is not None and num_rows >= _ONE_WAVE_MIN_ROWS
                 and triton.cdiv(num_rows, self.one_wave_tile[0]) <= multiprocessors):
-            return *self.one_wave_tile, 1
+            return self.one_wave_tile
         rows = _NARROW_STRIDED_TILE_ROWS
         if (not whole_groups or num_rows >= self.full_tile_rows
                 or triton.cdiv(num_rows, rows) > 2 * multiprocessors):
@@ -408,8 +408,20 @@ EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_wal
 # (63.9 -> 46.9), eligibility traces and prefix sums (52 -> 45) lost too; at 4096-8192 rows every
 # estimator lost 13-45 points (64 programs of 64 rows at 4096).
 _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
+# Float32 steps [T, N] of 4096 rows in 16-row tiles (256 programs, two per multiprocessor) read less the longer
+# the rows: on an H100, % of the copy ceiling, 2 input sets (benchmarks/results/h100-2026-12-06-run58-layout-ratios.txt,
+# 4096x2048 / 4096 / 8192 / 16384), GAE with truncations 90.0 / 86.1 / 79.2 / 75.4, V-trace 93.5 / 88.7 / 87.5 /
+# 82.5, against 97.8-100.8 batch-major. 32-row tiles, one program per multiprocessor, hold their pace
+# (-run58-f32-time-major-sweep.txt, 4096x4096 / 4096x16384, the plan -> the tile taken):
+# - GAE with truncations 86.2 / 75.8 -> 98.0 / 100.9 in 32 x 128 x 8 pairs (32 x 64 x 8: 93.8 / 95.2);
+# - V-trace 88.3 / 82.5 -> 96.1 / 96.7 in 32 x 64 x 8 (32 x 128 x 8 pairs: 91.3 / 92.2).
+# (Round 28 measured these pairs on an H200 at 4096x4096 for GAE with truncations, 81.1 -> 91.8; round 27 there
+# read V-trace's 32 x 64 x 8 at 82.3 against 91.0 in 16-row tiles, before whole tiles and direct scans.)
+# Discounted returns and the episodic scans read 90-94 in 16-row tiles at 4096x4096 and 86-88 at 4096x16384, in
+# 32 x 256 x 16 90.2-90.4 and 96.1-96.4: both within 10% of batch-major, so they keep their tiles.
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
                                                        narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+                                                       one_wave_tile=(*_PAIRED_NARROW_TILE, 2),
                                                        narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                        direct_rows=((8192, _DIRECT_MAX_ROWS), None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above)
@@ -424,13 +436,16 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # rows only, so they are taken only where they make one program per multiprocessor at most.
 _ONE_WAVE_MIN_ROWS = 4096
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=_ONE_WAVE_16_WARPS, narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
+                                             one_wave_tile=(*_ONE_WAVE_16_WARPS, 1),
+                                             narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
 # 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
+# Its float32 steps of 4096 rows: 32 x 64 x 8 (see GAE_TRUNCATED_STRIDED_TIME_MAJOR).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
-                                             paired_narrow_min_rows=4096, narrow_one_wave_tile=_PAIRED_NARROW_TILE,
+                                             paired_narrow_min_rows=4096, one_wave_tile=(32, 64, 8, 1),
+                                             narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                              narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
 # Batch-major whole rows without in-range masks where the rows and steps fill whole tiles, against the same
