@@ -110,6 +110,8 @@ CALLS = {
     "lambda_returns": (lambda d, **kw: compute_lambda_returns(d["r"], d["v"], d["term"], d["trunc"],
                                                         bootstrap_values=d["boot"], **kw),
                        ("r", "v", "term", "trunc", "boot"), 1),
+    "gae_truncated": (lambda d, **kw: compute_gae(d["r"], d["v"], d["term"], d["trunc"], bootstrap_values=d["boot"], **kw),
+                      ("r", "v", "term", "trunc", "boot"), 1),
     "discounted_returns": (lambda d, **kw: compute_discounted_returns(d["r"], d["term"], **kw), ("r", "term"), 1),
     "eligibility_traces": (lambda d, **kw: compute_eligibility_traces(d["r"], d["term"], 0.99, 0.95, **kw), ("r", "term"), 1),
     "prefix_sum": (lambda d, **kw: compute_episodic_prefix_sum(d["r"], d["term"], **kw), ("r", "term"), 1),
@@ -146,8 +148,8 @@ def percent_of_copy(name: str, rows: int, seq_len: int, num_actions: int, ceilin
     return 100 * moved / seconds / ceiling
 
 
-def unmet(measured: str, date: str = "2026-11-30"):
-    return pytest.mark.xfail(strict=False, reason=f"target not reached yet: {measured} on an H200, {date}")
+def unmet(measured: str, date: str = "2026-11-30", gpu: str = "an H200"):
+    return pytest.mark.xfail(strict=False, reason=f"target not reached yet: {measured} on {gpu}, {date}")
 
 
 BANDWIDTH_CASES = [
@@ -244,20 +246,27 @@ def test_ppo_sized_call_device_time():
 
 # Issue 4's target: time-major [T, N] float32, and bf16 values with uint8 flags stored [T, N], read within
 # 10% of the bandwidth of batch-major float32 calls of the same estimator at large shapes
-LAYOUT_NAMES = ("gae", "vtrace", "lambda_returns", "discounted_returns", "eligibility_traces", "prefix_sum")
-# cells below the target: (name, layout, rows, T) -> the figures measured (benchmarks/tune.py --sets 3,
-# % of the copy ceiling, batch-major float32 from another run of the same day)
-LAYOUT_UNMET: dict[tuple[str, str, int, int], tuple[str, str]] = {
+LAYOUT_NAMES = ("gae", "gae_truncated", "vtrace", "lambda_returns", "discounted_returns", "eligibility_traces",
+                "prefix_sum")
+LAYOUT_SHAPES = ((16384, 512), (4096, 4096), (4096, 16384))
+# cells below the target: (name, layout, rows, T) -> the figures measured (benchmarks/tune.py, % of the copy
+# ceiling) and their date, and the GPU where not an H200
+LAYOUT_UNMET: dict[tuple[str, str, int, int], tuple[str, ...]] = {
+    # GAE with truncations and bootstrap values, and rows of 16384 steps, measured on an H100 only, each layout
+    # in one run (benchmarks/results/h100-2026-12-06-run58-layout-ratios.txt, --sets 2); at 4096x16384 bf16 ones
+    # read 85.6% against 99.5%: under the target, within the noise margin, so unmarked
+    **{("gae_truncated", "bf16-time-major", rows, seq_len): (f"{low}% against {high}% batch-major float32",
+                                                              "2026-12-06", "an H100")
+       for rows, seq_len, low, high in ((16384, 512, 83.5, 99.3), (4096, 4096, 82.3, 100.8))},
     **{(name, "bf16-time-major", 16384, 512): (f"{low}% against {high}% batch-major float32", "2026-12-03")
        for name, low, high in (("gae", 74.0, 85.2), ("vtrace", 64.7, 96.0), ("lambda_returns", 70.2, 95.5),
                                ("discounted_returns", 61.7, 88.5), ("eligibility_traces", 60.9, 88.4),
                                ("prefix_sum", 59.8, 86.2))},
     **{(name, "bf16-time-major", 4096, 4096): (f"{low}% against {high}% batch-major float32", "2026-12-03")
        # whole tiles (benchmarks/results/h200-2026-12-03-run31-whole-ab.txt, batch-major float32 from the same run);
-       # not measured on an H200 since bf16 ones take 32-row tiles in pairs there: on an H100 (2026-12-06,
-       # -run57-one-wave-perf-bench-ab.txt) GAE 89.9%, lambda-returns 91.3%, discounted returns 83.2%, eligibility
-       # traces 81.6% against 97.5-99.9% batch-major float32, V-trace's plan there unchanged (88.9% in
-       # -run57-pairs-above-one-wave.txt)
+       # not measured on an H200 since bf16 ones take 32-row tiles in pairs there: on an H100, the same calls in one
+       # run (2026-12-06, -run58-layout-ratios.txt), GAE 0.90, V-trace 0.89, lambda-returns 0.92, discounted returns
+       # 0.88, eligibility traces and prefix sums 0.83 of batch-major float32
        for name, low, high in (("gae", 64.6, 95.0), ("vtrace", 62.5, 96.0), ("lambda_returns", 54.8, 96.0),
                                ("discounted_returns", 53.8, 87.1), ("eligibility_traces", 52.3, 94.2),
                                ("prefix_sum", 52.5, 93.0))},
@@ -266,8 +275,7 @@ LAYOUT_CASES = [
     pytest.param(name, rows, seq_len, layout, id=f"{layout}-{name}-{rows}x{seq_len}",
                  marks=[unmet(*LAYOUT_UNMET[name, layout, rows, seq_len])] if (name, layout, rows, seq_len) in LAYOUT_UNMET
                  else [])
-    for layout in ("time-major", "bf16-time-major") for rows, seq_len in ((16384, 512), (4096, 4096))
-    for name in LAYOUT_NAMES
+    for layout in ("time-major", "bf16-time-major") for rows, seq_len in LAYOUT_SHAPES for name in LAYOUT_NAMES
 ]
 
 
