@@ -198,8 +198,7 @@ class StridedTimeMajor:
     hold four rows per thread), ``paired_many_rows`` for calls of 4-byte steps of at least
     ``_TIME_MAJOR_MANY_ROWS`` rows, ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
     4-byte steps, where set, ``one_wave_tile`` where its rows per thread are 2, and those of
-    ``direct_narrow_pairs``. Rows of no whole number of groups never
-    take them."""
+    ``direct_narrow_pairs``. Rows of no whole number of groups never take them."""
 
     vec: int
     many_rows: tuple[int, int, int]
