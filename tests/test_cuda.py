@@ -269,9 +269,9 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
     # direct scans where the plans take them (4096-16384 rows):
     # 16-row tiles at 2048 rows, and at 3072-6144 but for 2-byte steps (bf16 values, uint8 flags), whose
     # tiles hold 32 rows in pairs there (32 x 256 x 16 up to 4224 rows, else 32 x 128 x 8; 32 x 128 x 8 for GAE
-    # with truncations, lambda-returns and V-trace), and float32 GAE at 4096-4224 rows in one program of 32 rows
-    # per multiprocessor (32 x 256 x 16; with truncations 32 x 128 x 8 in pairs; V-trace 32 x 64 x 8), 4112 rows
-    # with a partial last tile; from
+    # with truncations, lambda-returns and V-trace), and float32 lambda-returns at 2048-4095 rows in one program
+    # of 32 rows in pairs per multiprocessor (32 x 128 x 8; GAE and V-trace: test_time_major_one_wave_tiles),
+    # 4112 rows with a partial last tile; from
     # 16384 rows 2-byte steps in row pairs of 32 x 64 x 4 but GAE with truncations and lambda-returns in
     # four rows per thread (64 x 64 x 4, at 32768 rows 64 x 32 x 2), float32 ones in 32-row tiles,
     # V-trace's in row pairs of 64 x 32 x 4
@@ -282,6 +282,18 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
     for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
         assert got.dtype == dtype
         assert_rel(got, want, HALF_TOLERANCE if low else TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
+@pytest.mark.parametrize("rows", [3072, 4112])
+def test_time_major_one_wave_tiles(gen, estimator, rows):
+    # float32 steps stored [T, N] of rows long enough for one program of 32 rows per multiprocessor: GAE
+    # 32 x 256 x 16 and with truncations 32 x 128 x 8 in pairs from 3072 rows, V-trace 32 x 64 x 8 from 4096
+    # (tests/test_plans.py), over several chunks and a ragged last one; 4112 rows end in a partial tile
+    ro = Rollout(gen, (rows,), 2056, device="cuda")
+    time_major = ro.map(lambda x: x.t().contiguous().t())
+    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
+        assert_rel(got, want, TOLERANCE[torch.float32])
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])

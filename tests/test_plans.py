@@ -81,9 +81,10 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
 def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeypatch):
     """Below 8192 rows (lambda-returns: 4096) tiles of 16 rows: twice the programs of 32-row tiles, with
     16 warps (V-trace 8) where one program per multiprocessor covers the rows and half as many where
-    more programs than multiprocessors share them (but GAE and V-trace from 4096 rows, where 32-row tiles
-    make one program per multiprocessor: GAE 32 x 256 x 16, with truncations 32 x 128 x 8 in row pairs,
-    V-trace 32 x 64 x 8); fewer than 2048 rows split time."""
+    more programs than multiprocessors share them (but where 32-row tiles make one program per
+    multiprocessor, rows of at least 2048 steps of GAE from 3072 rows take 32 x 256 x 16 and of V-trace from
+    4096 rows 32 x 64 x 8, of at least 1536 steps of GAE with truncations from 3072 rows 32 x 128 x 8 in row
+    pairs, and lambda-returns at 2048-4095 rows 32 x 128 x 8 in row pairs); fewer than 2048 rows split time."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
 
@@ -95,12 +96,12 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         # STRIDED_GROUPS: the rows each thread holds (True: one)
         return seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], int(seen["STRIDED_GROUPS"])
 
-    def calls(rows):
-        x, flags, out = (torch.zeros(4096, rows).t() for _ in range(3))
+    def calls(rows, seq_len=4096):
+        x, flags, out = (torch.zeros(seq_len, rows).t() for _ in range(3))
         return {
             "gae": tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]),
             "gae+trunc": tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None),
-            "vtrace": tile(_launch.vtrace, out, torch.zeros(4096, rows).t(), x, x, x, x, flags, None, 0.99, 1.0, 1.0,
+            "vtrace": tile(_launch.vtrace, out, torch.zeros(seq_len, rows).t(), x, x, x, x, flags, None, 0.99, 1.0, 1.0,
                            None, x[:, 0]),
             "discounted": tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None),
             "lambda": tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x),
@@ -113,19 +114,22 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         # 32 rows, more than one per multiprocessor)
         for rows in (4256, 6144, 8192, 16383):
             assert set(calls(rows).values()) == {wide}
-        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; GAE and V-trace at
-        # 4096 to 4224 rows: 32-row tiles, one program per multiprocessor
+        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; up to 4224 rows
+        # 32-row tiles make one program per multiprocessor
         for rows in (4224, 4096, 3072):
-            if rows >= 4096:
-                one_wave = {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2), "vtrace": (32, 64, 8, 1),
-                            "lambda": wide}
-            else:
-                one_wave = {"gae": narrow["gae"], "gae+trunc": narrow["gae"], "vtrace": narrow["vtrace"],
-                            "lambda": narrow["gae"]}
+            # GAE with or without truncations from 3072 rows, V-trace from 4096, lambda-returns below 4096
+            one_wave = {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2),
+                        "vtrace": (32, 64, 8, 1) if rows >= 4096 else narrow["vtrace"],
+                        "lambda": wide if rows >= 4096 else (32, 128, 8, 2)}
             assert calls(rows) == {**one_wave, "discounted": narrow["gae"], "episodic": narrow["gae"]}, rows
-        # 2048 rows: 128 programs, one per multiprocessor
+            # shorter rows read faster in 16-row tiles: GAE and V-trace below 2048 steps, with truncations
+            # below 1536 (lambda-returns keep their tiles)
+            assert calls(rows, 2048) == calls(rows), rows
+            assert calls(rows, 1536) == {**calls(rows), "gae": narrow["gae"], "vtrace": narrow["vtrace"]}, rows
+            assert calls(rows, 1024) == {**calls(rows, 1536), "gae+trunc": narrow["gae"]}, rows
+        # 2048 rows: 128 programs of 16 rows, one per multiprocessor; lambda-returns in 64 of 32 rows in pairs
         assert calls(2048) == {"gae": (16, 256, 16, 1), "gae+trunc": (16, 256, 16, 1), "vtrace": (16, 128, 8, 1),
-                               "discounted": (16, 256, 16, 1), "lambda": (16, 256, 16, 1),
+                               "discounted": (16, 256, 16, 1), "lambda": (32, 128, 8, 2),
                                "episodic": (16, 256, 16, 1)}
         assert {plan[0] for plan in calls(2047).values()} == {"split"}
         # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles

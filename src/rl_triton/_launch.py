@@ -212,9 +212,12 @@ class StridedTimeMajor:
     # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows,
     # half the steps and warps from twice as many rows; None: _PAIRED_NARROW_MANY_ROWS in row pairs
     narrow_many_rows: tuple[int, int, int, int] | None = None
-    # (rows, steps, warps, rows per thread) of the tiles of 4-byte steps in whole groups from _ONE_WAVE_MIN_ROWS
-    # rows where those tiles make one program per multiprocessor at most; None: the tiles below
+    # (rows, steps, warps, rows per thread) of the tiles of 4-byte steps in whole groups of one_wave_rows
+    # [first, end) rows where those tiles make one program per multiprocessor at most; None: the tiles below
     one_wave_tile: tuple[int, int, int, int] | None = None
+    one_wave_rows: tuple[int, int] = (4096, 1 << 31)
+    # the fewest steps of the calls that take one_wave_tile: shorter rows read faster in the tiles below
+    one_wave_min_steps: int = 0
     # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows where
     # those tiles make one program per multiprocessor at most, with _PAIRED_NARROW_TILE above them up to
     # narrow_direct_pairs_end rows; such tiles recur by direct scans and leave out in-range masks where whole
@@ -251,7 +254,7 @@ class StridedTimeMajor:
         return _PAIRED_NARROW_TILE
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
-                element_bytes: int | None = None) -> tuple[int, int, int, int]:
+                element_bytes: int | None = None, seq_len: int = 1 << 31) -> tuple[int, int, int, int]:
         """(rows, steps, warps, rows per thread) of the tiles of a call of ``num_rows`` rows (at least
         ``_STRIDED_TILE_MIN_ROWS``) whose widest step takes ``element_bytes``; rows of no whole number of
         groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
@@ -272,7 +275,8 @@ class StridedTimeMajor:
             if whole_groups and element_bytes == 4 and self.paired_many_rows is not None:
                 return *self.paired_many_rows, 2
             return *self.many_rows, 1
-        if (whole_groups and element_bytes == 4 and self.one_wave_tile is not None and num_rows >= _ONE_WAVE_MIN_ROWS
+        if (whole_groups and element_bytes == 4 and self.one_wave_tile is not None
+                and self.one_wave_rows[0] <= num_rows < self.one_wave_rows[1] and seq_len >= self.one_wave_min_steps
                 and triton.cdiv(num_rows, self.one_wave_tile[0]) <= multiprocessors):
             return self.one_wave_tile
         rows = _NARROW_STRIDED_TILE_ROWS
@@ -422,10 +426,13 @@ _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
                                                        narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
                                                        one_wave_tile=(*_PAIRED_NARROW_TILE, 2),
+                                                       one_wave_rows=(3072, 1 << 31), one_wave_min_steps=1536,
                                                        narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                        direct_rows=((8192, _DIRECT_MAX_ROWS), None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above)
+# (float32 steps of 2048-4095 rows: 32 x 128 x 8 pairs, one program per multiprocessor, -run58-leads.txt)
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
+                                                one_wave_tile=(*_PAIRED_NARROW_TILE, 2), one_wave_rows=(2048, 4096),
                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
                                                 narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                 direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
@@ -434,17 +441,16 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
 # against 85.4%, discounted returns 75.7% against 84.9%: those keep the 16-row tiles). Measured at 4096
 # rows only, so they are taken only where they make one program per multiprocessor at most.
-_ONE_WAVE_MIN_ROWS = 4096
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=(*_ONE_WAVE_16_WARPS, 1),
-                                             narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
+                                             one_wave_tile=(*_ONE_WAVE_16_WARPS, 1), one_wave_rows=(3072, 1 << 31),
+                                             one_wave_min_steps=2048, narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
 # 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
 # Its float32 steps of 4096 rows: 32 x 64 x 8 (see GAE_TRUNCATED_STRIDED_TIME_MAJOR).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
-                                             paired_narrow_min_rows=4096, one_wave_tile=(32, 64, 8, 1),
+                                             paired_narrow_min_rows=4096, one_wave_tile=(32, 64, 8, 1), one_wave_min_steps=2048,
                                              narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                              narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
@@ -834,7 +840,7 @@ def _plan(
                     and num_rows >= (_STRIDED_TILE_MIN_ROWS if whole_groups else _PARTIAL_GROUPS_STRIDED_MIN_ROWS))
     if strided_tile:
         tile_rows, tile_steps, tile_warps, rows_per_thread = strided_time_major.tile_of(
-            num_rows, _multiprocessors(device), whole_groups, element_bytes)
+            num_rows, _multiprocessors(device), whole_groups, element_bytes, seq_len)
         # the tile names its warps (max_warps is for batch-major single chunks)
         max_warps = max(max_warps, tile_warps)
         unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
