@@ -429,8 +429,11 @@ GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
                                                        one_wave_rows=(3072, 1 << 31), one_wave_min_steps=1536,
                                                        narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                        direct_rows=((8192, _DIRECT_MAX_ROWS), None))
-# lambda-returns keep 32-row tiles from 4096 rows (see above)
-# (float32 steps of 2048-4095 rows: 32 x 128 x 8 pairs, one program per multiprocessor, -run58-leads.txt)
+# lambda-returns keep 32-row tiles from 4096 rows (see above). Float32 steps of 2048-4095 rows read less the longer
+# the rows in 16-row tiles; in 32 x 128 x 8 pairs, one program per multiprocessor, they hold their pace. On an H100,
+# % of the copy ceiling, 2-3 input sets (benchmarks/results/h100-2026-12-06-run59-one-wave-ab.txt, 16-row tiles ->
+# pairs): 3072x512 / 1024 / 4096 / 16384 76.5 / 80.9 / 78.0 / 69.4 -> 82.0 / 86.6 / 96.6 / 97.4, 2048x1024 / 4096 /
+# 16384 77.5 / 82.1 / 77.9 -> 80.6 / 94.9 / 98.8, but 2048x512 74.8 -> 72.5.
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
                                                 one_wave_tile=(*_PAIRED_NARROW_TILE, 2), one_wave_rows=(2048, 4096),
                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
@@ -439,8 +442,15 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
 # of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
 # multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
-# against 85.4%, discounted returns 75.7% against 84.9%: those keep the 16-row tiles). Measured at 4096
-# rows only, so they are taken only where they make one program per multiprocessor at most.
+# against 85.4%, discounted returns 75.7% against 84.9%: those keep the 16-row tiles). They are taken only
+# where they make one program per multiprocessor at most. On an H100 (-run59-one-wave-ab.txt, 2-3 input sets,
+# 16-row tiles -> 32-row ones) GAE and with truncations gain from 3072 rows the longer the rows (3072x2048 /
+# 4096 / 16384: 81.8 / 85.2 / 82.7 -> 83.4 / 91.0 / 97.0, with truncations 84.9 / 81.0 / 70.8 -> 88.2 / 93.8 /
+# 98.0) and lose on short ones (3072x1024 75.4 -> 72.6, with truncations 82.7 -> 78.8; 4096x1024 84.7 ->
+# 80.7; with truncations 3072x512 76.8 -> 67.5, 4096x512 81.6 -> 76.3; with truncations at 4096x1536 the
+# 32-row pairs lead, 89.3 -> 92.2), hence one_wave_min_steps (V-trace at 4096x512 85.8 -> 83.3, at 4096x1024
+# 90.9 -> 90.0). Below 3072 rows of GAE 32-row tiles lead too (-run59-one-wave-leads.txt, 2560x4096 75.7 ->
+# 82.5, 2304x4096 71.8 -> 77.9; not taken, the suite not run on them).
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
                                              one_wave_tile=(*_ONE_WAVE_16_WARPS, 1), one_wave_rows=(3072, 1 << 31),
                                              one_wave_min_steps=2048, narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
