@@ -559,8 +559,8 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
 
 def test_row_pairs_where_the_plan_takes_them(monkeypatch):
     """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 3072 rows, V-trace of
-    float32 steps from 16384 rows, GAE with truncations of float32 steps at 4096-4224 rows and walks of float32
-    eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
+    float32 steps from 16384 rows, GAE with truncations of float32 steps at 3072-4224 rows (of at least 1536
+    steps), lambda-returns of float32 steps at 2048-4095 rows and walks of float32 eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
     has rows that do not pair up."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
@@ -629,6 +629,8 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
         # float32 GAE with truncations at 4096 rows: one program of 32 x 128 x 8 pairs per multiprocessor
         x, done = stored(4096, 4096), stored(4096, 4096)
         assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
+        # float32 lambda-returns at 3072 rows: one program of 32 x 128 x 8 pairs per multiprocessor, 96 in all
+        assert calls(3072, 4096)["lambda"] == (32, 128, 8, 2, (96,))
         # walks of 64 rows: eligibility traces in pairs, 32 x 128 x 8, two programs per multiprocessor
         walks = calls(64, 1 << 18)
         assert walks["episodic"][:4] == (32, 128, 8, 2)
