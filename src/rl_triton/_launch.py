@@ -256,8 +256,8 @@ class StridedTimeMajor:
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
                 element_bytes: int | None = None, seq_len: int = 1 << 31) -> tuple[int, int, int, int]:
         """(rows, steps, warps, rows per thread) of the tiles of a call of ``num_rows`` rows (at least
-        ``_STRIDED_TILE_MIN_ROWS``) whose widest step takes ``element_bytes``; rows of no whole number of
-        groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
+        ``_STRIDED_TILE_MIN_ROWS``) of ``seq_len`` steps whose widest step takes ``element_bytes``; rows of no
+        whole number of groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
         direct_pairs = self.direct_narrow_pairs(num_rows, multiprocessors, whole_groups, element_bytes)
         if direct_pairs is not None:
             return *direct_pairs, 2
