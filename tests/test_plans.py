@@ -117,7 +117,7 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; up to 4224 rows
         # 32-row tiles make one program per multiprocessor
         for rows in (4224, 4096, 3072):
-            # GAE with or without truncations from 3072 rows, V-trace from 4096, lambda-returns below 4096
+            # GAE from 2113 rows, with truncations from 3072, V-trace from 4096, lambda-returns below 4096
             one_wave = {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2),
                         "vtrace": (32, 64, 8, 1) if rows >= 4096 else narrow["vtrace"],
                         "lambda": wide if rows >= 4096 else (32, 128, 8, 2)}
