@@ -449,11 +449,11 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # 98.0) and lose on short ones (3072x1024 75.4 -> 72.6, with truncations 82.7 -> 78.8; 4096x1024 84.7 ->
 # 80.7; with truncations 3072x512 76.8 -> 67.5, 4096x512 81.6 -> 76.3; with truncations at 4096x1536 the
 # 32-row pairs lead, 89.3 -> 92.2), hence one_wave_min_steps (V-trace at 4096x512 85.8 -> 83.3, at 4096x1024
-# 90.9 -> 90.0). GAE takes them from 2113 rows, more than 16-row tiles cover in one program per multiprocessor
-# on 132 (-run59-gae-from-2113-ab.txt, 3 input sets, two turns: 2176x2048 / 4096 / 16384 63.9 / 68.4 / 72.8 ->
-# 68.8 / 74.9 / 80.2, 2816x4096 / 16384 80.6 / 81.9 -> 86.8 / 92.6; 2304x1024 61.6 either way).
+# 90.9 -> 90.0). Below 3072 rows GAE's 32-row tiles lead too, from 2113 rows (more than 16-row tiles cover in one
+# program per multiprocessor on 132): -run59-gae-from-2113-ab.txt, 2176x4096 68.4 -> 74.9, 2816x16384 81.9 -> 92.6
+# (prepared as cpu-2026-12-06-run59-gae-one-wave-from-2113.diff; the whole suite has not run on it).
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=(*_ONE_WAVE_16_WARPS, 1), one_wave_rows=(2113, 1 << 31),
+                                             one_wave_tile=(*_ONE_WAVE_16_WARPS, 1), one_wave_rows=(3072, 1 << 31),
                                              one_wave_min_steps=2048, narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
