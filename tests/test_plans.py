@@ -560,8 +560,8 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
 def test_row_pairs_where_the_plan_takes_them(monkeypatch):
     """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 3072 rows, V-trace of
     float32 steps from 16384 rows, GAE with truncations of float32 steps at 3072-4224 rows (of at least 1536
-    steps), lambda-returns of float32 steps at 2048-4095 rows and walks of float32 eligibility traces and prefix sums; one row per thread elsewhere, and wherever a tensor of the launch
-    has rows that do not pair up."""
+    steps), lambda-returns of float32 steps at 2048-4095 rows and walks of float32 eligibility traces and prefix
+    sums; one row per thread elsewhere, and wherever a tensor of the launch has rows that do not pair up."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
 

@@ -461,8 +461,8 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 # 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
 # Its float32 steps of 4096 rows: 32 x 64 x 8 (see GAE_TRUNCATED_STRIDED_TIME_MAJOR).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
-                                             paired_narrow_min_rows=4096, one_wave_tile=(32, 64, 8, 1), one_wave_min_steps=2048,
-                                             narrow_one_wave_tile=_PAIRED_NARROW_TILE,
+                                             paired_narrow_min_rows=4096, one_wave_tile=(32, 64, 8, 1),
+                                             one_wave_min_steps=2048, narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                              narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
 # Batch-major whole rows without in-range masks where the rows and steps fill whole tiles, against the same
