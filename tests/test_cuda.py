@@ -243,6 +243,18 @@ def test_default_plans(gen, estimator, seq_len, dtype):
         assert_rel(got, want, tolerance)
 
 
+def assert_time_major_matches(gen, estimator, rows: int, seq_len: int, low: bool = False) -> None:
+    """The estimator's outputs on ``[N, T]`` views of ``[T, N]`` buffers of ``rows`` rows against the oracle, in
+    float32 or (``low``) bf16 values with uint8 flags; outputs keep the values' dtype."""
+    dtype, flag_dtype = (torch.bfloat16, torch.uint8) if low else (torch.float32, torch.float32)
+    ro = Rollout(gen, (rows,), seq_len, dtype=dtype, flag_dtype=flag_dtype, device="cuda")
+    time_major = ro.map(lambda x: x.t().contiguous().t())
+    assert _launch._is_time_major(time_major.rewards)
+    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
+        assert got.dtype == dtype
+        assert_rel(got, want, HALF_TOLERANCE if low else TOLERANCE[torch.float32])
+
+
 @pytest.mark.parametrize("estimator", [*ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
 @pytest.mark.parametrize("rows", [2050, 8200, 16390])
 def test_time_major_default_plans(gen, estimator, rows):
@@ -251,11 +263,7 @@ def test_time_major_default_plans(gen, estimator, rows):
     # 64) at 2050 rows; 32 x 64 with 8 warps from 4096 rows (the strided plans' tile); from 16384 the
     # tiles of many rows (32 x 32 with 4 warps, V-trace 32 x 64 with 8); Retrace's scan 16 x 64, 32 x 32
     # and 32 x 16. Rows of whole groups: test_time_major_strided_default_plans
-    ro = Rollout(gen, (rows,), 300, device="cuda", num_actions=4)
-    time_major = ro.map(lambda x: x.t().contiguous().t())  # [N, T] views of [T, N] buffers
-    assert _launch._is_time_major(time_major.rewards)
-    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
-        assert_rel(got, want, TOLERANCE[torch.float32])
+    assert_time_major_matches(gen, estimator, rows, 300)
 
 
 STRIDED_ESTIMATORS = [param for param in ESTIMATORS if param.id != "retrace"]
@@ -275,13 +283,7 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
     # 16384 rows 2-byte steps in row pairs of 32 x 64 x 4 but GAE with truncations and lambda-returns in
     # four rows per thread (64 x 64 x 4, at 32768 rows 64 x 32 x 2), float32 ones in 32-row tiles,
     # V-trace's in row pairs of 64 x 32 x 4
-    dtype, flag_dtype = (torch.bfloat16, torch.uint8) if low else (torch.float32, torch.float32)
-    ro = Rollout(gen, (rows,), 264, dtype=dtype, flag_dtype=flag_dtype, device="cuda")
-    time_major = ro.map(lambda x: x.t().contiguous().t())  # [N, T] views of [T, N] buffers
-    assert _launch._is_time_major(time_major.rewards)
-    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
-        assert got.dtype == dtype
-        assert_rel(got, want, HALF_TOLERANCE if low else TOLERANCE[torch.float32])
+    assert_time_major_matches(gen, estimator, rows, 264, low)
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
@@ -290,10 +292,7 @@ def test_time_major_one_wave_tiles(gen, estimator, rows):
     # float32 steps stored [T, N] of rows long enough for one program of 32 rows per multiprocessor: GAE
     # 32 x 256 x 16 and with truncations 32 x 128 x 8 in pairs from 3072 rows, V-trace 32 x 64 x 8 from 4096
     # (tests/test_plans.py), over several chunks and a ragged last one; 4112 rows end in a partial tile
-    ro = Rollout(gen, (rows,), 2056, device="cuda")
-    time_major = ro.map(lambda x: x.t().contiguous().t())
-    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
-        assert_rel(got, want, TOLERANCE[torch.float32])
+    assert_time_major_matches(gen, estimator, rows, 2056)
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
@@ -304,11 +303,7 @@ def test_time_major_bf16_direct_row_pairs(gen, estimator, rows, seq_len):
     # steps) that recur directly: read, scanned and written without in-range masks where the rows and steps
     # fill whole tiles (512 steps of 3072, 4096 and 6144 rows), with them where they do not (3088 rows: pairs
     # and a partial last tile; 3090 and 5000 rows, no multiple of 16: one row per thread in the same tiles)
-    ro = Rollout(gen, (rows,), seq_len, dtype=torch.bfloat16, flag_dtype=torch.uint8, device="cuda")
-    time_major = ro.map(lambda x: x.t().contiguous().t())
-    for got, want in zip(run(estimator, time_major), oracle(estimator, ro), strict=True):
-        assert got.dtype == torch.bfloat16
-        assert_rel(got, want, HALF_TOLERANCE)
+    assert_time_major_matches(gen, estimator, rows, seq_len, low=True)
 
 
 @pytest.mark.parametrize("estimator", STRIDED_ESTIMATORS)
