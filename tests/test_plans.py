@@ -141,27 +141,6 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         _launch._default_plan.cache_clear()
 
 
-def test_one_wave_tiles_take_the_first_rule_that_fits():
-    # each rule bounds the rows, the fewest steps and the programs (one per multiprocessor at most); the first
-    # rule that fits a call of 4-byte steps in whole groups gives its tile, other calls take the tiles below
-    long_rows = _launch.OneWaveTile((32, 128, 8, 2), (2048, 4096), min_steps=2048)
-    any_rows = _launch.OneWaveTile((32, 64, 8, 1))
-    rules = _launch.dataclasses.replace(_launch.STRIDED_TIME_MAJOR, one_wave=(long_rows, any_rows))
-
-    def tiles(rows, multiprocessors=132, seq_len=2048, whole_groups=True, element_bytes=4):
-        return [config.tile_of(rows, multiprocessors, whole_groups, element_bytes, seq_len)
-                for config in (rules, _launch.STRIDED_TIME_MAJOR)]
-
-    assert tiles(3072) == [(32, 128, 8, 2), (16, 128, 8, 1)]
-    assert tiles(4096) == [(32, 64, 8, 1), (16, 128, 8, 1)]  # past long_rows' rows: the next rule
-    assert tiles(4096, seq_len=512)[0] == (32, 64, 8, 1)  # any_rows has no fewest steps
-    for unfit in (tiles(3072, seq_len=2047),  # too short for long_rows
-                  tiles(3072, multiprocessors=95),  # 96 programs on 95 multiprocessors
-                  tiles(4225),  # 133 programs of 32 rows
-                  tiles(3072, element_bytes=2), tiles(3072, whole_groups=False)):
-        assert unfit[0] == unfit[1]
-
-
 def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
     """bf16 values with uint8 flags stored [T, N] of 3072 rows to as many as 32-row tiles cover with one program
     per multiprocessor: 32-row tiles in row pairs that recur directly without in-range masks, of 16 warps (GAE
