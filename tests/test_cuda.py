@@ -287,11 +287,12 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
 
 
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
-@pytest.mark.parametrize("rows", [3072, 4112])
+@pytest.mark.parametrize("rows", [2176, 3072, 4112])
 def test_time_major_one_wave_tiles(gen, estimator, rows):
     # float32 steps stored [T, N] of rows long enough for one program of 32 rows per multiprocessor: GAE
-    # 32 x 256 x 16 and with truncations 32 x 128 x 8 in pairs from 3072 rows, V-trace 32 x 64 x 8 from 4096
-    # (tests/test_plans.py), over several chunks and a ragged last one; 4112 rows end in a partial tile
+    # 32 x 256 x 16 from 2113 rows, with truncations 32 x 128 x 8 in pairs from 3072 rows, V-trace 32 x 128 x 8
+    # in pairs at 2113-2815 rows and 32 x 64 x 8 from 4096 (tests/test_plans.py), over several chunks and a ragged
+    # last one; 4112 rows end in a partial tile
     assert_time_major_matches(gen, estimator, rows, 2056)
 
 

@@ -82,7 +82,7 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
     """Below 8192 rows (lambda-returns: 4096) tiles of 16 rows: twice the programs of 32-row tiles, with
     16 warps (V-trace 8) where one program per multiprocessor covers the rows and half as many where
     more programs than multiprocessors share them (but where 32-row tiles make one program per
-    multiprocessor, rows of at least 2048 steps of GAE from 3072 rows take 32 x 256 x 16 and of V-trace from
+    multiprocessor, rows of at least 2048 steps of GAE from 2113 rows take 32 x 256 x 16 and of V-trace from
     4096 rows 32 x 64 x 8, of at least 1536 steps of GAE with truncations from 3072 rows 32 x 128 x 8 in row
     pairs, and lambda-returns at 2048-4095 rows 32 x 128 x 8 in row pairs); fewer than 2048 rows split time."""
     _launch._default_plan.cache_clear()
@@ -117,7 +117,7 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
         # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; up to 4224 rows
         # 32-row tiles make one program per multiprocessor
         for rows in (4224, 4096, 3072):
-            # GAE with or without truncations from 3072 rows, V-trace from 4096, lambda-returns below 4096
+            # GAE from 2113 rows, with truncations from 3072, V-trace from 4096, lambda-returns below 4096
             one_wave = {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2),
                         "vtrace": (32, 64, 8, 1) if rows >= 4096 else narrow["vtrace"],
                         "lambda": wide if rows >= 4096 else (32, 128, 8, 2)}
@@ -132,6 +132,16 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
                                "discounted": (16, 256, 16, 1), "lambda": (32, 128, 8, 2),
                                "episodic": (16, 256, 16, 1)}
         assert {plan[0] for plan in calls(2047).values()} == {"split"}
+        # GAE from 2113 rows, more than 16-row tiles cover with one program per multiprocessor: 32-row tiles
+        assert calls(2112)["gae"] == (16, 256, 16, 1)
+        assert calls(2176)["gae"] == (32, 256, 16, 1)
+        assert calls(2176, 1536)["gae"] == narrow["gae"]
+        # V-trace at 2113-2815 rows of at least 2048 steps in 32-row pairs
+        assert calls(2112)["vtrace"] == (16, 128, 8, 1)
+        for rows in (2176, 2560, 2808):
+            assert calls(rows)["vtrace"] == calls(rows, 2048)["vtrace"] == (32, 128, 8, 2), rows
+            assert calls(rows, 1536)["vtrace"] != (32, 128, 8, 2), rows
+        assert calls(2816)["vtrace"] == narrow["vtrace"]
         # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles
         for rows, seq_len, expected in ((3000, 4095, (16, 128, 4)), (4096, 4095, (32, 64, 8))):
             x = torch.zeros(seq_len, rows).t()
@@ -139,6 +149,27 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
             assert (seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]) == expected
     finally:
         _launch._default_plan.cache_clear()
+
+
+def test_one_wave_tiles_take_the_first_rule_that_fits():
+    # each rule bounds the rows, the fewest steps and the programs (one per multiprocessor at most); the first
+    # rule that fits a call of 4-byte steps in whole groups gives its tile, other calls take the tiles below
+    long_rows = _launch.OneWaveTile((32, 128, 8, 2), (2048, 4096), min_steps=2048)
+    any_rows = _launch.OneWaveTile((32, 64, 8, 1))
+    rules = _launch.dataclasses.replace(_launch.STRIDED_TIME_MAJOR, one_wave=(long_rows, any_rows))
+
+    def tiles(rows, multiprocessors=132, seq_len=2048, whole_groups=True, element_bytes=4):
+        return [config.tile_of(rows, multiprocessors, whole_groups, element_bytes, seq_len)
+                for config in (rules, _launch.STRIDED_TIME_MAJOR)]
+
+    assert tiles(3072) == [(32, 128, 8, 2), (16, 128, 8, 1)]
+    assert tiles(4096) == [(32, 64, 8, 1), (16, 128, 8, 1)]  # past long_rows' rows: the next rule
+    assert tiles(4096, seq_len=512)[0] == (32, 64, 8, 1)  # any_rows has no fewest steps
+    for unfit in (tiles(3072, seq_len=2047),  # too short for long_rows
+                  tiles(3072, multiprocessors=95),  # 96 programs on 95 multiprocessors
+                  tiles(4225),  # 133 programs of 32 rows
+                  tiles(3072, element_bytes=2), tiles(3072, whole_groups=False)):
+        assert unfit[0] == unfit[1]
 
 
 def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):

@@ -179,6 +179,21 @@ def _rows_in(ranges: tuple[tuple[int, int] | None, tuple[int, int] | None], num_
 
 
 @dataclasses.dataclass(frozen=True)
+class OneWaveTile:
+    """A tile (rows, steps, warps, rows per thread) that calls of 4-byte steps in whole groups take where it makes
+    one program per multiprocessor at most, from ``rows[0]`` rows below ``rows[1]``, on rows of at least
+    ``min_steps`` steps (shorter rows read faster in the tiles of fewer rows)."""
+
+    tile: tuple[int, int, int, int]
+    rows: tuple[int, int] = (4096, 1 << 31)
+    min_steps: int = 0
+
+    def fits(self, num_rows: int, seq_len: int, multiprocessors: int) -> bool:
+        return (self.rows[0] <= num_rows < self.rows[1] and seq_len >= self.min_steps
+                and triton.cdiv(num_rows, self.tile[0]) <= multiprocessors)
+
+
+@dataclasses.dataclass(frozen=True)
 class StridedTimeMajor:
     """Time-major tiles read in strided groups: ``vec`` steps of one row per thread, each step loaded
     across the tile's rows (``kernels/scan.py: strided_offsets``). (rows, steps, warps) of the tiles of
@@ -197,7 +212,7 @@ class StridedTimeMajor:
     ``_PAIRED_NARROW_TILE``; from ``_TIME_MAJOR_MANY_ROWS`` rows ``narrow_many_rows`` where set, which may
     hold four rows per thread), ``paired_many_rows`` for calls of 4-byte steps of at least
     ``_TIME_MAJOR_MANY_ROWS`` rows, ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
-    4-byte steps, where set, ``one_wave_tile`` where its rows per thread are 2, and those of
+    4-byte steps, where set, ``one_wave`` tiles whose rows per thread are 2, and those of
     ``direct_narrow_pairs``. Rows of no whole number of groups never take them."""
 
     vec: int
@@ -212,12 +227,8 @@ class StridedTimeMajor:
     # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows,
     # half the steps and warps from twice as many rows; None: _PAIRED_NARROW_MANY_ROWS in row pairs
     narrow_many_rows: tuple[int, int, int, int] | None = None
-    # (rows, steps, warps, rows per thread) of the tiles of 4-byte steps in whole groups of one_wave_rows
-    # [first, end) rows where those tiles make one program per multiprocessor at most; None: the tiles below
-    one_wave_tile: tuple[int, int, int, int] | None = None
-    one_wave_rows: tuple[int, int] = (4096, 1 << 31)
-    # the fewest steps of the calls that take one_wave_tile: shorter rows read faster in the tiles below
-    one_wave_min_steps: int = 0
+    # tiles of 4-byte steps in one program per multiprocessor at most, the first that fits; none: the tiles below
+    one_wave: tuple[OneWaveTile, ...] = ()
     # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows where
     # those tiles make one program per multiprocessor at most, with _PAIRED_NARROW_TILE above them up to
     # narrow_direct_pairs_end rows; such tiles recur by direct scans and leave out in-range masks where whole
@@ -275,10 +286,10 @@ class StridedTimeMajor:
             if whole_groups and element_bytes == 4 and self.paired_many_rows is not None:
                 return *self.paired_many_rows, 2
             return *self.many_rows, 1
-        if (whole_groups and element_bytes == 4 and self.one_wave_tile is not None
-                and self.one_wave_rows[0] <= num_rows < self.one_wave_rows[1] and seq_len >= self.one_wave_min_steps
-                and triton.cdiv(num_rows, self.one_wave_tile[0]) <= multiprocessors):
-            return self.one_wave_tile
+        if whole_groups and element_bytes == 4:
+            for one_wave in self.one_wave:
+                if one_wave.fits(num_rows, seq_len, multiprocessors):
+                    return one_wave.tile
         rows = _NARROW_STRIDED_TILE_ROWS
         if (not whole_groups or num_rows >= self.full_tile_rows
                 or triton.cdiv(num_rows, rows) > 2 * multiprocessors):
@@ -425,8 +436,8 @@ _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
 # 32 x 256 x 16 90.2-90.4 and 96.1-96.4: both within 10% of batch-major, so they keep their tiles.
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
                                                        narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-                                                       one_wave_tile=(*_PAIRED_NARROW_TILE, 2),
-                                                       one_wave_rows=(3072, 1 << 31), one_wave_min_steps=1536,
+                                                       one_wave=(OneWaveTile((*_PAIRED_NARROW_TILE, 2),
+                                                                             (3072, 1 << 31), 1536),),
                                                        narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                        direct_rows=((8192, _DIRECT_MAX_ROWS), None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above). Float32 steps of 2048-4095 rows read less the longer
@@ -435,7 +446,7 @@ GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
 # pairs): 3072x512 / 1024 / 4096 / 16384 76.5 / 80.9 / 78.0 / 69.4 -> 82.0 / 86.6 / 96.6 / 97.4, 2048x1024 / 4096 /
 # 16384 77.5 / 82.1 / 77.9 -> 80.6 / 94.9 / 98.8, but 2048x512 74.8 -> 72.5.
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
-                                                one_wave_tile=(*_PAIRED_NARROW_TILE, 2), one_wave_rows=(2048, 4096),
+                                                one_wave=(OneWaveTile((*_PAIRED_NARROW_TILE, 2), (2048, 4096)),),
                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
                                                 narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                 direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
@@ -448,21 +459,26 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_ro
 # 4096 / 16384: 81.8 / 85.2 / 82.7 -> 83.4 / 91.0 / 97.0, with truncations 84.9 / 81.0 / 70.8 -> 88.2 / 93.8 /
 # 98.0) and lose on short ones (3072x1024 75.4 -> 72.6, with truncations 82.7 -> 78.8; 4096x1024 84.7 ->
 # 80.7; with truncations 3072x512 76.8 -> 67.5, 4096x512 81.6 -> 76.3; with truncations at 4096x1536 the
-# 32-row pairs lead, 89.3 -> 92.2), hence one_wave_min_steps (V-trace at 4096x512 85.8 -> 83.3, at 4096x1024
-# 90.9 -> 90.0). Below 3072 rows GAE's 32-row tiles lead too, from 2113 rows (more than 16-row tiles cover in one
-# program per multiprocessor on 132): -run59-gae-from-2113-ab.txt, 2176x4096 68.4 -> 74.9, 2816x16384 81.9 -> 92.6
-# (prepared as cpu-2026-12-06-run59-gae-one-wave-from-2113.diff; the whole suite has not run on it).
+# 32-row pairs lead, 89.3 -> 92.2), hence OneWaveTile.min_steps (V-trace at 4096x512 85.8 -> 83.3, at
+# 4096x1024 90.9 -> 90.0). GAE takes them from 2113 rows, more than 16-row tiles cover in one program per
+# multiprocessor on 132 (-run59-gae-from-2113-ab.txt, 3 input sets, two turns: 2176x2048 / 4096 / 16384 63.9 /
+# 68.4 / 72.8 -> 68.8 / 74.9 / 80.2, 2816x4096 / 16384 80.6 / 81.9 -> 86.8 / 92.6; 2304x1024 61.6 either way).
 GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave_tile=(*_ONE_WAVE_16_WARPS, 1), one_wave_rows=(3072, 1 << 31),
-                                             one_wave_min_steps=2048, narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
+                                             one_wave=(OneWaveTile((*_ONE_WAVE_16_WARPS, 1), (2113, 1 << 31), 2048),),
+                                             narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
 # 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
-# Its float32 steps of 4096 rows: 32 x 64 x 8 (see GAE_TRUNCATED_STRIDED_TIME_MAJOR).
+# Its float32 steps of 4096 rows: 32 x 64 x 8 (see GAE_TRUNCATED_STRIDED_TIME_MAJOR); of 2113-2815 rows 32 x 128 x 8
+# pairs (-run61-vtrace-pairs-sweep.txt, two turns' mean, 3 input sets: 2176x2048 / 4096 / 16384 76.1 / 77.5 / 77.4 ->
+# 86.5 / 92.6 / 97.5, 2560x2048 / 8192 82.0 / 84.0 -> 91.1 / 96.6), not from 2816 rows (2816x8192 89.6 -> 88.5,
+# 3072x4096 91.9 -> 86.6, 3072x8192 90.5 -> 86.3).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
-                                             paired_narrow_min_rows=4096, one_wave_tile=(32, 64, 8, 1),
-                                             one_wave_min_steps=2048, narrow_one_wave_tile=_PAIRED_NARROW_TILE,
+                                             paired_narrow_min_rows=4096,
+                                             one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048),
+                                                       OneWaveTile((*_PAIRED_NARROW_TILE, 2), (2113, 2816), 2048)),
+                                             narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                              narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
 # Batch-major whole rows without in-range masks where the rows and steps fill whole tiles, against the same
