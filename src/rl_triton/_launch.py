@@ -473,14 +473,11 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 # Its float32 steps of 4096 rows: 32 x 64 x 8 (see GAE_TRUNCATED_STRIDED_TIME_MAJOR); of 2113-2815 rows 32 x 128 x 8
 # pairs (-run61-vtrace-pairs-sweep.txt, two turns' mean, 3 input sets: 2176x2048 / 4096 / 16384 76.1 / 77.5 / 77.4 ->
 # 86.5 / 92.6 / 97.5, 2560x2048 / 8192 82.0 / 84.0 -> 91.1 / 96.6), not from 2816 rows (2816x8192 89.6 -> 88.5,
-# 3072x4096 91.9 -> 86.6, 3072x8192 90.5 -> 86.3); of 3072-4095 rows of at least 16384 steps pairs too
-# (-run62-vtrace-pairs-3072-3584.txt, two turns: 3072x16384 / 3328x16384 / 3584x16384 83.9 / 78.1 / 79.2 -> 85.1 /
-# 87.3 / 88.6; at 8192 steps 3072 rows lose, 89.3 -> 85.2).
+# 3072x4096 91.9 -> 86.6, 3072x8192 90.5 -> 86.3).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096,
                                              one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048),
-                                                       OneWaveTile((*_PAIRED_NARROW_TILE, 2), (2113, 2816), 2048),
-                                                       OneWaveTile((*_PAIRED_NARROW_TILE, 2), (3072, 4096), 16384)),
+                                                       OneWaveTile((*_PAIRED_NARROW_TILE, 2), (2113, 2816), 2048)),
                                              narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                              narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
