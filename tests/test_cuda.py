@@ -296,6 +296,13 @@ def test_time_major_one_wave_tiles(gen, estimator, rows):
     assert_time_major_matches(gen, estimator, rows, 2056)
 
 
+@pytest.mark.parametrize("rows", [3072, 4088])
+def test_time_major_vtrace_pairs_of_long_rows(gen, rows):
+    # float32 V-trace stored [T, N] of 3072-4095 rows of at least 16384 steps: 32 x 128 x 8 in pairs
+    # (tests/test_plans.py), over many chunks and a ragged last one
+    assert_time_major_matches(gen, vtrace, rows, 16392)
+
+
 @pytest.mark.parametrize("estimator", [*STRIDED_ESTIMATORS, pytest.param(gae_last_value, id="gae-last_value")])
 @pytest.mark.parametrize("rows, seq_len", [(3072, 512), (4096, 512), (6144, 512), (3088, 264), (3090, 520),
                                            (5000, 264)])

@@ -143,6 +143,11 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
             assert calls(rows)["vtrace"] == calls(rows, 2048)["vtrace"] == (32, 128, 8, 2), rows
             assert calls(rows, 1536)["vtrace"] != (32, 128, 8, 2), rows
         assert calls(2816)["vtrace"] == narrow["vtrace"]
+        # and at 3072-4095 rows of at least 16384 steps
+        for rows in (3072, 4088):
+            assert calls(rows, 16384)["vtrace"] == (32, 128, 8, 2), rows
+            assert calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
+        assert calls(4096, 16384)["vtrace"] == wide
         # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles
         for rows, seq_len, expected in ((3000, 4095, (16, 128, 4)), (4096, 4095, (32, 64, 8))):
             x = torch.zeros(seq_len, rows).t()

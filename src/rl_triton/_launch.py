@@ -281,7 +281,7 @@ class StridedTimeMajor:
                 return rows, steps, warps, rows_per_thread
             if num_rows >= _TIME_MAJOR_MANY_ROWS:
                 return *_PAIRED_NARROW_MANY_ROWS, 2
-            return *_PAIRED_NARROW_TILE, 2
+            return _PAIRED_NARROW_PAIRS
         if num_rows >= _TIME_MAJOR_MANY_ROWS:
             if whole_groups and element_bytes == 4 and self.paired_many_rows is not None:
                 return *self.paired_many_rows, 2
@@ -410,6 +410,7 @@ DISCOUNTED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, narrow_o
 #   truncations (81.1 -> 91.8 at 4096x4096 in 32 x 128 x 8, one sweep; not taken).
 _PAIRED_NARROW_MANY_ROWS = (32, 64, 4)
 _PAIRED_NARROW_TILE = (32, 128, 8)
+_PAIRED_NARROW_PAIRS = (*_PAIRED_NARROW_TILE, 2)
 EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_walk=(32, 128, 16),
                                                   narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
                                                   direct_rows=((4096, _DIRECT_MAX_ROWS), (16384, _DIRECT_MAX_ROWS)))
@@ -436,8 +437,7 @@ _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
 # 32 x 256 x 16 90.2-90.4 and 96.1-96.4: both within 10% of batch-major, so they keep their tiles.
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
                                                        narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-                                                       one_wave=(OneWaveTile((*_PAIRED_NARROW_TILE, 2),
-                                                                             (3072, 1 << 31), 1536),),
+                                                       one_wave=(OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 1 << 31), 1536),),
                                                        narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                        direct_rows=((8192, _DIRECT_MAX_ROWS), None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above). Float32 steps of 2048-4095 rows read less the longer
@@ -446,7 +446,7 @@ GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
 # pairs): 3072x512 / 1024 / 4096 / 16384 76.5 / 80.9 / 78.0 / 69.4 -> 82.0 / 86.6 / 96.6 / 97.4, 2048x1024 / 4096 /
 # 16384 77.5 / 82.1 / 77.9 -> 80.6 / 94.9 / 98.8, but 2048x512 74.8 -> 72.5.
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
-                                                one_wave=(OneWaveTile((*_PAIRED_NARROW_TILE, 2), (2048, 4096)),),
+                                                one_wave=(OneWaveTile(_PAIRED_NARROW_PAIRS, (2048, 4096)),),
                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
                                                 narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                 direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
@@ -473,11 +473,14 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 # Its float32 steps of 4096 rows: 32 x 64 x 8 (see GAE_TRUNCATED_STRIDED_TIME_MAJOR); of 2113-2815 rows 32 x 128 x 8
 # pairs (-run61-vtrace-pairs-sweep.txt, two turns' mean, 3 input sets: 2176x2048 / 4096 / 16384 76.1 / 77.5 / 77.4 ->
 # 86.5 / 92.6 / 97.5, 2560x2048 / 8192 82.0 / 84.0 -> 91.1 / 96.6), not from 2816 rows (2816x8192 89.6 -> 88.5,
-# 3072x4096 91.9 -> 86.6, 3072x8192 90.5 -> 86.3).
+# 3072x4096 91.9 -> 86.6, 3072x8192 90.5 -> 86.3); of 3072-4095 rows of at least 16384 steps pairs too
+# (-run62-vtrace-pairs-3072-3584.txt, two turns: 3072x16384 / 3328x16384 / 3584x16384 83.9 / 78.1 / 79.2 -> 85.1 /
+# 87.3 / 88.6; at 8192 steps 3072 rows lose, 89.3 -> 85.2).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096,
                                              one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048),
-                                                       OneWaveTile((*_PAIRED_NARROW_TILE, 2), (2113, 2816), 2048)),
+                                                       OneWaveTile(_PAIRED_NARROW_PAIRS, (2113, 2816), 2048),
+                                                       OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 4096), 16384)),
                                              narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                              narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
