@@ -475,7 +475,8 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 # 86.5 / 92.6 / 97.5, 2560x2048 / 8192 82.0 / 84.0 -> 91.1 / 96.6), not from 2816 rows (2816x8192 89.6 -> 88.5,
 # 3072x4096 91.9 -> 86.6, 3072x8192 90.5 -> 86.3); of 3072-4095 rows of at least 16384 steps pairs too
 # (-run62-vtrace-pairs-3072-3584.txt, two turns: 3072x16384 / 3328x16384 / 3584x16384 83.9 / 78.1 / 79.2 -> 85.1 /
-# 87.3 / 88.6; at 8192 steps 3072 rows lose, 89.3 -> 85.2).
+# 87.3 / 88.6; at 8192 steps 3072 rows lose, 89.3 -> 85.2; -run63-vtrace-pairs-ab.txt, 16-row tiles -> pairs, two
+# turns: 3328x16384 78.3-78.4 -> 87.1-87.2, 4088x16384 69.0 -> 89.0).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096,
                                              one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048),
