@@ -189,9 +189,9 @@ BANDWIDTH_CASES = [
     pytest.param("retrace", 4096, 1024, 18, 75, id="retrace18-4096x1024"),
     pytest.param("retrace", 8, 1 << 21, 4, 75, id="retrace4-8x2097152"),
     pytest.param("retrace", 8, 1 << 21, 18, 75, id="retrace18-8x2097152"),
-    # Retrace at the other shapes of the benchmark that move at least 64 MB (74.2% at 512x1024 with 18 actions:
-    # within the noise margin, unmarked)
-    pytest.param("retrace", 512, 1024, 18, 75, id="retrace18-512x1024"),
+    # Retrace at the other shapes of the benchmark that move at least 64 MB
+    pytest.param("retrace", 512, 1024, 18, 75, id="retrace18-512x1024",
+                 marks=unmet("69.1% in this test, 74.2% in the benchmark of the same machine", "2026-12-06")),
     pytest.param("retrace", 64, 16384, 4, 75, id="retrace4-64x16384",
                  marks=unmet("60.7% in the benchmark", "2026-12-06")),
     pytest.param("retrace", 8, 131072, 4, 75, id="retrace4-8x131072",
@@ -252,24 +252,23 @@ LAYOUT_SHAPES = ((16384, 512), (4096, 4096), (4096, 16384))
 # cells below the target: (name, layout, rows, T) -> the figures measured (benchmarks/tune.py, % of the copy
 # ceiling) and their date, and the GPU where not an H200
 LAYOUT_UNMET: dict[tuple[str, str, int, int], tuple[str, ...]] = {
-    # GAE with truncations and bootstrap values, and rows of 16384 steps, measured on an H100 only, each layout
-    # in one run (benchmarks/results/h100-2026-12-06-run58-layout-ratios.txt, --sets 2); at 4096x16384 bf16 ones
-    # read 85.6% against 99.5%: under the target, within the noise margin, so unmarked
-    **{("gae_truncated", "bf16-time-major", rows, seq_len): (f"{low}% against {high}% batch-major float32",
-                                                              "2026-12-06", "an H100")
-       for rows, seq_len, low, high in ((16384, 512, 83.5, 99.3), (4096, 4096, 82.3, 100.8))},
-    **{(name, "bf16-time-major", 16384, 512): (f"{low}% against {high}% batch-major float32", "2026-12-03")
-       for name, low, high in (("gae", 74.0, 85.2), ("vtrace", 64.7, 96.0), ("lambda_returns", 70.2, 95.5),
-                               ("discounted_returns", 61.7, 88.5), ("eligibility_traces", 60.9, 88.4),
-                               ("prefix_sum", 59.8, 86.2))},
-    **{(name, "bf16-time-major", 4096, 4096): (f"{low}% against {high}% batch-major float32", "2026-12-03")
-       # whole tiles (benchmarks/results/h200-2026-12-03-run31-whole-ab.txt, batch-major float32 from the same run);
-       # not measured on an H200 since bf16 ones take 32-row tiles in pairs there: on an H100, the same calls in one
-       # run (2026-12-06, -run58-layout-ratios.txt), GAE 0.90, V-trace 0.89, lambda-returns 0.92, discounted returns
-       # 0.88, eligibility traces and prefix sums 0.83 of batch-major float32
-       for name, low, high in (("gae", 64.6, 95.0), ("vtrace", 62.5, 96.0), ("lambda_returns", 54.8, 96.0),
-                               ("discounted_returns", 53.8, 87.1), ("eligibility_traces", 52.3, 94.2),
-                               ("prefix_sum", 52.5, 93.0))},
+    # bf16 values with uint8 flags stored [T, N] on an H200, batch-major float32 in the same run, two passes' mean
+    # (benchmarks/results/h200-2026-12-06-run64-layout-ratios.txt, --sets 2); float32 [T, N] cells all pass there.
+    # Discounted returns at 4096x16384 read 77.8% against 88.1% and GAE 85.9% against 94.6%: within the noise
+    # margin, so unmarked
+    **{(name, "bf16-time-major", rows, seq_len): (f"{low}% against {high}% batch-major float32", "2026-12-06")
+       for name, rows, seq_len, low, high in (
+           ("gae", 16384, 512, 78.8, 96.8), ("gae", 4096, 4096, 80.2, 98.2),
+           ("gae_truncated", 16384, 512, 71.0, 98.8), ("gae_truncated", 4096, 4096, 65.9, 99.3),
+           ("gae_truncated", 4096, 16384, 69.5, 95.3),
+           ("vtrace", 16384, 512, 67.4, 98.7), ("vtrace", 4096, 4096, 63.9, 96.5), ("vtrace", 4096, 16384, 67.2, 95.5),
+           ("lambda_returns", 16384, 512, 75.5, 99.2), ("lambda_returns", 4096, 4096, 75.8, 96.5),
+           ("lambda_returns", 4096, 16384, 79.7, 95.3),
+           ("discounted_returns", 16384, 512, 70.3, 93.5), ("discounted_returns", 4096, 4096, 71.1, 90.2),
+           ("eligibility_traces", 16384, 512, 69.7, 93.7), ("eligibility_traces", 4096, 4096, 67.8, 96.2),
+           ("eligibility_traces", 4096, 16384, 75.0, 89.3),
+           ("prefix_sum", 16384, 512, 70.0, 93.8), ("prefix_sum", 4096, 4096, 67.7, 96.2),
+           ("prefix_sum", 4096, 16384, 75.1, 89.2))},
 }
 LAYOUT_CASES = [
     pytest.param(name, rows, seq_len, layout, id=f"{layout}-{name}-{rows}x{seq_len}",
