@@ -83,9 +83,9 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
     16 warps (V-trace 8) where one program per multiprocessor covers the rows and half as many where
     more programs than multiprocessors share them (but where 32-row tiles make one program per
     multiprocessor, rows of at least 2048 steps of GAE from 2113 rows take 32 x 256 x 16 and of V-trace from
-    4096 rows 32 x 64 x 8 (at 2113-2815 rows 32 x 128 x 8 in row pairs), of at least 1536 steps of GAE with
-    truncations from 3072 rows 32 x 128 x 8 in row pairs, and lambda-returns at 2048-4095 rows 32 x 128 x 8 in
-    row pairs); fewer than 2048 rows split time."""
+    4096 rows 32 x 64 x 8 (at 2113-2815 rows, and at 3072-4095 rows of at least 16384 steps, 32 x 128 x 8 in row
+    pairs), of at least 1536 steps of GAE with truncations from 3072 rows 32 x 128 x 8 in row pairs, and
+    lambda-returns at 2048-4095 rows 32 x 128 x 8 in row pairs); fewer than 2048 rows split time."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
 
