@@ -291,15 +291,20 @@ def test_time_major_strided_default_plans(gen, estimator, rows, low):
 def test_time_major_one_wave_tiles(gen, estimator, rows):
     # float32 steps stored [T, N] of rows long enough for one program of 32 rows per multiprocessor: GAE
     # 32 x 256 x 16 from 2113 rows, with truncations 32 x 128 x 8 in pairs from 3072 rows, V-trace 32 x 128 x 8
-    # in pairs at 2113-2815 rows and 32 x 64 x 8 from 4096 (tests/test_plans.py), over several chunks and a ragged
-    # last one; 4112 rows end in a partial tile
+    # in pairs at 2113-2815 rows and 32 x 64 x 8 from 4096 on GPUs of at most 30 GB/s of memory bandwidth per
+    # multiprocessor (tests/test_plans.py), over several chunks and a ragged last one; 4112 rows end in a partial tile
     assert_time_major_matches(gen, estimator, rows, 2056)
 
 
-@pytest.mark.parametrize("rows", [3072, 4088])
-def test_time_major_vtrace_pairs_of_long_rows(gen, rows):
-    # float32 V-trace stored [T, N] of 3072-4095 rows of at least 16384 steps: 32 x 128 x 8 in pairs
-    # (tests/test_plans.py), over many chunks and a ragged last one
+@pytest.mark.parametrize("rows, dram_gbps_per_multiprocessor", [(3072, None), (4088, None), (4096, 25.0), (4096, 37.0)])
+def test_time_major_vtrace_pairs_of_long_rows(gen, monkeypatch, rows, dram_gbps_per_multiprocessor):
+    # float32 V-trace stored [T, N] of 3072-4095 rows of at least 16384 steps: 32 x 128 x 8 in pairs, and of
+    # 4096 rows on GPUs of more than 30 GB/s of memory bandwidth per multiprocessor (tests/test_plans.py; both
+    # 4096-row plans run on any GPU: plans are made uncached under the given bandwidth), over many chunks and a
+    # ragged last one
+    if dram_gbps_per_multiprocessor is not None:
+        monkeypatch.setattr(_launch, "_default_plan", _launch._default_plan.__wrapped__)
+        monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
     assert_time_major_matches(gen, vtrace, rows, 16392)
 
 

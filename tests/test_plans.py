@@ -148,6 +148,19 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
             assert calls(rows, 16384)["vtrace"] == (32, 128, 8, 2), rows
             assert calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
         assert calls(4096, 16384)["vtrace"] == wide
+        # V-trace at 4096-4224 rows where the memory's peak bandwidth per multiprocessor passes 30 GB/s (an H200:
+        # 37; an H100: 25): 16-row tiles below 16384 steps, 32 x 128 x 8 pairs from 16384
+        _launch._default_plan.cache_clear()
+        monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 37.0)
+        for rows in (4096, 4224):
+            assert calls(rows)["vtrace"] == calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
+            assert calls(rows, 16384)["vtrace"] == (32, 128, 8, 2), rows
+            assert calls(rows) == {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2), "vtrace": narrow["vtrace"],
+                                   "lambda": wide, "discounted": narrow["gae"], "episodic": narrow["gae"]}, rows
+        assert calls(3072, 16384)["vtrace"] == (32, 128, 8, 2)
+        _launch._default_plan.cache_clear()
+        monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)
+        assert calls(4096)["vtrace"] == calls(4096, 16384)["vtrace"] == wide
         # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles
         for rows, seq_len, expected in ((3000, 4095, (16, 128, 4)), (4096, 4095, (32, 64, 8))):
             x = torch.zeros(seq_len, rows).t()
@@ -164,8 +177,8 @@ def test_one_wave_tiles_take_the_first_rule_that_fits():
     any_rows = _launch.OneWaveTile((32, 64, 8, 1))
     rules = _launch.dataclasses.replace(_launch.STRIDED_TIME_MAJOR, one_wave=(long_rows, any_rows))
 
-    def tiles(rows, multiprocessors=132, seq_len=2048, whole_groups=True, element_bytes=4):
-        return [config.tile_of(rows, multiprocessors, whole_groups, element_bytes, seq_len)
+    def tiles(rows, multiprocessors=132, seq_len=2048, whole_groups=True, element_bytes=4, dram_per_multiprocessor=25.0):
+        return [config.tile_of(rows, multiprocessors, whole_groups, element_bytes, seq_len, dram_per_multiprocessor)
                 for config in (rules, _launch.STRIDED_TIME_MAJOR)]
 
     assert tiles(3072) == [(32, 128, 8, 2), (16, 128, 8, 1)]
@@ -176,6 +189,12 @@ def test_one_wave_tiles_take_the_first_rule_that_fits():
                   tiles(4225),  # 133 programs of 32 rows
                   tiles(3072, element_bytes=2), tiles(3072, whole_groups=False)):
         assert unfit[0] == unfit[1]
+    # a rule may bound the GPU's peak memory bandwidth per multiprocessor
+    slow_memory = _launch.OneWaveTile((32, 64, 8, 1), (2048, 1 << 31), max_dram_gbps_per_multiprocessor=30.0)
+    rules = _launch.dataclasses.replace(_launch.STRIDED_TIME_MAJOR, one_wave=(slow_memory, long_rows))
+    assert tiles(3072, dram_per_multiprocessor=30.0)[0] == (32, 64, 8, 1)
+    assert tiles(3072, dram_per_multiprocessor=37.0)[0] == (32, 128, 8, 2)  # the next rule
+    assert tiles(4096, dram_per_multiprocessor=37.0) == [(16, 128, 8, 1)] * 2  # no rule fits
 
 
 def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):

@@ -182,15 +182,19 @@ def _rows_in(ranges: tuple[tuple[int, int] | None, tuple[int, int] | None], num_
 class OneWaveTile:
     """A tile (rows, steps, warps, rows per thread) that calls of 4-byte steps in whole groups take where it makes
     one program per multiprocessor at most, from ``rows[0]`` rows below ``rows[1]``, on rows of at least
-    ``min_steps`` steps (shorter rows read faster in the tiles of fewer rows)."""
+    ``min_steps`` steps (shorter rows read faster in the tiles of fewer rows), on GPUs whose peak memory bandwidth
+    per multiprocessor is at most ``max_dram_gbps_per_multiprocessor`` (one program per multiprocessor keeps too
+    few loads in flight for a faster memory)."""
 
     tile: tuple[int, int, int, int]
     rows: tuple[int, int] = (4096, 1 << 31)
     min_steps: int = 0
+    max_dram_gbps_per_multiprocessor: float = math.inf
 
-    def fits(self, num_rows: int, seq_len: int, multiprocessors: int) -> bool:
+    def fits(self, num_rows: int, seq_len: int, multiprocessors: int, dram_gbps_per_multiprocessor: float) -> bool:
         return (self.rows[0] <= num_rows < self.rows[1] and seq_len >= self.min_steps
-                and triton.cdiv(num_rows, self.tile[0]) <= multiprocessors)
+                and triton.cdiv(num_rows, self.tile[0]) <= multiprocessors
+                and dram_gbps_per_multiprocessor <= self.max_dram_gbps_per_multiprocessor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,10 +269,12 @@ class StridedTimeMajor:
         return _PAIRED_NARROW_TILE
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
-                element_bytes: int | None = None, seq_len: int = 1 << 31) -> tuple[int, int, int, int]:
+                element_bytes: int | None = None, seq_len: int = 1 << 31,
+                dram_gbps_per_multiprocessor: float = 0.0) -> tuple[int, int, int, int]:
         """(rows, steps, warps, rows per thread) of the tiles of a call of ``num_rows`` rows (at least
-        ``_STRIDED_TILE_MIN_ROWS``) of ``seq_len`` steps whose widest step takes ``element_bytes``; rows of no
-        whole number of groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
+        ``_STRIDED_TILE_MIN_ROWS``) of ``seq_len`` steps whose widest step takes ``element_bytes``, on a GPU of
+        ``multiprocessors`` multiprocessors and that peak memory bandwidth per multiprocessor; rows of no whole
+        number of groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
         direct_pairs = self.direct_narrow_pairs(num_rows, multiprocessors, whole_groups, element_bytes)
         if direct_pairs is not None:
             return *direct_pairs, 2
@@ -288,7 +294,7 @@ class StridedTimeMajor:
             return *self.many_rows, 1
         if whole_groups and element_bytes == 4:
             for one_wave in self.one_wave:
-                if one_wave.fits(num_rows, seq_len, multiprocessors):
+                if one_wave.fits(num_rows, seq_len, multiprocessors, dram_gbps_per_multiprocessor):
                     return one_wave.tile
         rows = _NARROW_STRIDED_TILE_ROWS
         if (not whole_groups or num_rows >= self.full_tile_rows
@@ -477,11 +483,18 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 # (-run62-vtrace-pairs-3072-3584.txt, two turns: 3072x16384 / 3328x16384 / 3584x16384 83.9 / 78.1 / 79.2 -> 85.1 /
 # 87.3 / 88.6; at 8192 steps 3072 rows lose, 89.3 -> 85.2; -run63-vtrace-pairs-ab.txt, 16-row tiles -> pairs, two
 # turns: 3328x16384 78.3-78.4 -> 87.1-87.2, 4088x16384 69.0 -> 89.0).
+# On an H200 (37 GB/s of peak memory bandwidth per multiprocessor against an H100's 25) 32 x 64 x 8 at 4096 rows is
+# the slowest of four tiles (-run64-time-major-tiles.txt, two turns, 4096x2048 / 4096 / 8192 / 16384): 80.8 / 82.9 /
+# 83.9 / 83.9, 16-row tiles (16 x 64 x 4) 89.9 / 91.9 / 90.2 / 80.7, 32 x 128 x 8 pairs 90.2 / 86.8 / 87.9 / 88.8. There
+# 4096-4224 rows take 16-row tiles below 16384 steps and pairs from 16384, as 3072-4095 rows do
+# (-run65-vtrace-fast-memory-ab.txt, two turns, 4096x2048 / 4096 / 16384, 4224x8192: 80.7 / 83.0-83.1 / 84.0 / 84.9 ->
+# 91.0 / 92.6-93.6 / 90.9-91.8 / 93.2).
 VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                              paired_narrow_min_rows=4096,
-                                             one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048),
+                                             one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048,
+                                                                   max_dram_gbps_per_multiprocessor=30.0),
                                                        OneWaveTile(_PAIRED_NARROW_PAIRS, (2113, 2816), 2048),
-                                                       OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 4096), 16384)),
+                                                       OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 1 << 31), 16384)),
                                              narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                              narrow_direct_pairs_end=4096)
 _STRIDED_TILE_MIN_ROWS = 2048
@@ -743,6 +756,19 @@ def _multiprocessors(device: torch.device) -> int:
     return 4
 
 
+@functools.cache
+def _dram_gbps_per_multiprocessor(device: torch.device) -> float:
+    """Peak memory bandwidth (GB/s, double data rate over the bus) per multiprocessor; 0 off CUDA or where the
+    driver does not report it."""
+    if device.type != "cuda":
+        return 0.0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    properties = driver.active.utils.get_device_properties(index)
+    # mem_clock_rate in kHz, mem_bus_width in bits
+    gbps = 2 * properties.get("mem_clock_rate", 0) * 1e3 * properties.get("mem_bus_width", 0) / 8 / 1e9
+    return gbps / _multiprocessors(device)
+
+
 def plan_tiles(
     num_rows: int,
     seq_len: int,
@@ -871,7 +897,8 @@ def _plan(
                     and num_rows >= (_STRIDED_TILE_MIN_ROWS if whole_groups else _PARTIAL_GROUPS_STRIDED_MIN_ROWS))
     if strided_tile:
         tile_rows, tile_steps, tile_warps, rows_per_thread = strided_time_major.tile_of(
-            num_rows, _multiprocessors(device), whole_groups, element_bytes, seq_len)
+            num_rows, _multiprocessors(device), whole_groups, element_bytes, seq_len,
+            _dram_gbps_per_multiprocessor(device))
         # the tile names its warps (max_warps is for batch-major single chunks)
         max_warps = max(max_warps, tile_warps)
         unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
