@@ -1,5 +1,7 @@
 """Tile plans: the rules the H200 measurements in benchmarks/NOTES.md chose, kept from drifting."""
 
+import types
+
 import pytest
 import torch
 
@@ -695,3 +697,18 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
         assert walks["gae"][:4] == (32, 64, 8, True)
     finally:
         _launch._default_plan.cache_clear()
+
+
+def test_memory_bandwidth_per_multiprocessor_from_the_driver(monkeypatch):
+    # peak bandwidth = 2 transfers a clock (kHz) x the bus (bits) / 8, over the multiprocessors; an H100 SXM's
+    # figures (2619 MHz, 5120 bits, 132 multiprocessors) make 25.4 GB/s, under the 30 of faster memories' rules
+    properties = {"mem_clock_rate": 2_619_000, "mem_bus_width": 5120}
+    utils = types.SimpleNamespace(get_device_properties=lambda index: properties)
+    monkeypatch.setattr(_launch, "driver", types.SimpleNamespace(active=types.SimpleNamespace(utils=utils)))
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+    per_multiprocessor = _launch._dram_gbps_per_multiprocessor.__wrapped__
+    assert per_multiprocessor(torch.device("cuda", 0)) == pytest.approx(2 * 2.619e9 * 5120 / 8 / 1e9 / 132)
+    assert per_multiprocessor(torch.device("cuda", 0)) == pytest.approx(25.4, abs=0.05)
+    properties.clear()  # a driver that reports neither: the rules of slower memories
+    assert per_multiprocessor(torch.device("cuda", 0)) == 0.0
+    assert per_multiprocessor(torch.device("cpu")) == 0.0
