@@ -3,7 +3,9 @@
     PYTHONPATH=src python benchmarks/tune.py [--estimators gae,vtrace] [--quick]
 
 Prints one row per (estimator, shape, plan): relative error, device time, GB/s, % of copy.
-Plans: ``--plans default,1x512x2,1x4096x8xs,v1`` (see plan_override).
+Plans: ``--plans default,1x512x2,1x4096x8xs,v1`` (see plan_override). ``--memory-gbps-per-multiprocessor 25``
+plans as on a GPU of that peak memory bandwidth per multiprocessor (an H100's; an H200 has 36.5), so one GPU can
+time the default plans another would take.
 """
 
 from __future__ import annotations
@@ -288,9 +290,18 @@ def main() -> None:
                         help="input sets rotated through one CUDA graph (0: up to 4 within 256 MB of inputs); "
                              "with one set, a replay's device time includes the graph's launch and the L2 cache "
                              "may still hold what the previous replay read")
+    parser.add_argument("--memory-gbps-per-multiprocessor", type=float, default=None,
+                        help="plan as on a GPU of this peak memory bandwidth per multiprocessor (GB/s; an H100: 25, "
+                             "an H200: 36.5), whose plans may differ; default: this GPU's")
     args = parser.parse_args()
+    memory = args.memory_gbps_per_multiprocessor
+    if memory is not None:
+        _launch._dram_gbps_per_multiprocessor = lambda device: memory
+        _launch._default_plan.cache_clear()
+    memory = _launch._dram_gbps_per_multiprocessor(torch.device("cuda", torch.cuda.current_device()))
     ceiling = copy_ceiling()
-    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}, plans for "
+          f"{memory:.1f} GB/s of memory bandwidth per multiprocessor")
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s")
     plans = [None] + [p for p in args.plans.split(",") if p != "default"]
     shapes = SHAPES if args.shapes == "all" else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
