@@ -151,7 +151,7 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
             assert calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
         assert calls(4096, 16384)["vtrace"] == wide
         # V-trace at 4096-4224 rows where the memory's peak bandwidth per multiprocessor passes 30 GB/s (an H200:
-        # 37; an H100: 25): 16-row tiles below 16384 steps, 32 x 128 x 8 pairs from 16384
+        # 36.5; an H100: 25): 16-row tiles below 16384 steps, 32 x 128 x 8 pairs from 16384
         _launch._default_plan.cache_clear()
         monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 37.0)
         for rows in (4096, 4224):
@@ -179,8 +179,8 @@ def test_one_wave_tiles_take_the_first_rule_that_fits():
     any_rows = _launch.OneWaveTile((32, 64, 8, 1))
     rules = _launch.dataclasses.replace(_launch.STRIDED_TIME_MAJOR, one_wave=(long_rows, any_rows))
 
-    def tiles(rows, multiprocessors=132, seq_len=2048, whole_groups=True, element_bytes=4, dram_per_multiprocessor=25.0):
-        return [config.tile_of(rows, multiprocessors, whole_groups, element_bytes, seq_len, dram_per_multiprocessor)
+    def tiles(rows, multiprocessors=132, seq_len=2048, whole_groups=True, element_bytes=4):
+        return [config.tile_of(rows, multiprocessors, whole_groups, element_bytes, seq_len)
                 for config in (rules, _launch.STRIDED_TIME_MAJOR)]
 
     assert tiles(3072) == [(32, 128, 8, 2), (16, 128, 8, 1)]
@@ -191,12 +191,39 @@ def test_one_wave_tiles_take_the_first_rule_that_fits():
                   tiles(4225),  # 133 programs of 32 rows
                   tiles(3072, element_bytes=2), tiles(3072, whole_groups=False)):
         assert unfit[0] == unfit[1]
-    # a rule may bound the GPU's peak memory bandwidth per multiprocessor
-    slow_memory = _launch.OneWaveTile((32, 64, 8, 1), (2048, 1 << 31), max_dram_gbps_per_multiprocessor=30.0)
-    rules = _launch.dataclasses.replace(_launch.STRIDED_TIME_MAJOR, one_wave=(slow_memory, long_rows))
-    assert tiles(3072, dram_per_multiprocessor=30.0)[0] == (32, 64, 8, 1)
-    assert tiles(3072, dram_per_multiprocessor=37.0)[0] == (32, 128, 8, 2)  # the next rule
-    assert tiles(4096, dram_per_multiprocessor=37.0) == [(16, 128, 8, 1)] * 2  # no rule fits
+
+
+def test_fast_memories_take_their_own_rules():
+    # GPUs of more than 30 GB/s of peak memory bandwidth per multiprocessor take fast_memory where a config has it
+    for config in (_launch.VTRACE_STRIDED_TIME_MAJOR, _launch.LAMBDA_STRIDED_TIME_MAJOR):
+        assert config.fast_memory is not None
+        assert config.for_memory(25.0) is config.for_memory(30.0) is config
+        assert config.for_memory(30.1) is config.for_memory(37.0) is config.fast_memory
+    assert _launch.STRIDED_TIME_MAJOR.for_memory(37.0) is _launch.STRIDED_TIME_MAJOR
+    assert _launch._dram_gbps_per_multiprocessor(torch.device("cpu")) == 0.0
+
+
+def bf16_time_major_plans(monkeypatch, rows: int, seq_len: int = 4096) -> dict[str, tuple]:
+    """(rows, steps, warps, rows per thread, direct, whole tiles) of each strided estimator's call on bf16 values
+    with uint8 flags stored [T, N] of ``rows`` rows of ``seq_len`` steps."""
+
+    def tile(launcher, *inputs):
+        seen = recorded_meta(monkeypatch, launcher, *inputs)
+        assert seen["VEC"] == 8 and not seen["SPLIT"]
+        return (seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], seen["STRIDED_GROUPS"], seen["DIRECT"],
+                seen["WHOLE_TILES"])
+
+    x, out = (torch.zeros(seq_len, rows, dtype=torch.bfloat16).t() for _ in range(2))
+    flags = torch.zeros(seq_len, rows, dtype=torch.uint8).t()
+    return {
+        "gae": tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]),
+        "gae+trunc": tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None),
+        "vtrace": tile(_launch.vtrace, out, torch.zeros(seq_len, rows, dtype=torch.bfloat16).t(), x, x, x, x, flags,
+                       None, 0.99, 1.0, 1.0, None, x[:, 0]),
+        "discounted": tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None),
+        "lambda": tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x),
+        "episodic": tile(_launch.episodic_scan, out, x, flags, None, 0.9, True),
+    }
 
 
 def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
@@ -207,25 +234,10 @@ def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
     4096 rows, with maps from 4096 as before; fewer rows and 8192 keep their plans."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200 or an H100
-
-    def tile(launcher, *inputs):
-        seen = recorded_meta(monkeypatch, launcher, *inputs)
-        assert seen["VEC"] == 8 and not seen["SPLIT"]
-        return (seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"], seen["STRIDED_GROUPS"], seen["DIRECT"],
-                seen["WHOLE_TILES"])
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)  # an H100
 
     def calls(rows):
-        x, out = (torch.zeros(4096, rows, dtype=torch.bfloat16).t() for _ in range(2))
-        flags = torch.zeros(4096, rows, dtype=torch.uint8).t()
-        return {
-            "gae": tile(_launch.gae, out, x, x, flags, None, 0.99, 0.95, None, x[:, 0]),
-            "gae+trunc": tile(_launch.gae, out, x, x, flags, flags, 0.99, 0.95, x, None),
-            "vtrace": tile(_launch.vtrace, out, torch.zeros(4096, rows, dtype=torch.bfloat16).t(), x, x, x, x, flags,
-                           None, 0.99, 1.0, 1.0, None, x[:, 0]),
-            "discounted": tile(_launch.returns, out, x, None, flags, None, 0.99, 1.0, None),
-            "lambda": tile(_launch.returns, out, x, x, flags, flags, 0.99, 0.95, x),
-            "episodic": tile(_launch.episodic_scan, out, x, flags, None, 0.9, True),
-        }
+        return bf16_time_major_plans(monkeypatch, rows)
 
     try:
         for rows in (3072, 4096, 4224):
@@ -245,6 +257,40 @@ def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
                                "vtrace": (32, 128, 8, 2, False, False), "discounted": (32, 128, 8, 2, True, True),
                                "lambda": (32, 128, 8, 2, False, True), "episodic": (32, 128, 8, 2, True, True)}
         assert calls(2048)["episodic"][:3] == (16, 256, 16)
+    finally:
+        _launch._default_plan.cache_clear()
+
+
+def test_time_major_bf16_tiles_on_fast_memory(monkeypatch):
+    """On GPUs of more than 30 GB/s of peak memory bandwidth per multiprocessor (an H200), bf16 V-trace and
+    lambda-returns stored [T, N] recur directly without in-range masks from 3072 rows: 32 x 128 x 8 pairs up to
+    4224 rows (one program per multiprocessor), 32 x 64 x 4 pairs to 16383 rows, and from 16384 rows 64 x 64 x 4
+    of four rows per thread where the rows and steps fill whole tiles (else the plans of slower memories); the
+    other estimators keep their plans."""
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+
+    def plans(dram_gbps_per_multiprocessor, rows, seq_len=4096):
+        _launch._default_plan.cache_clear()
+        monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
+        return bf16_time_major_plans(monkeypatch, rows, seq_len)
+
+    try:
+        pairs, narrow_pairs, fours = (32, 128, 8, 2, True, True), (32, 64, 4, 2, True, True), (64, 64, 4, 4, True, True)
+        for rows, seq_len, expected in ((3072, 4096, pairs), (4096, 4096, pairs), (4224, 4096, pairs),
+                                        (4256, 4096, narrow_pairs), (8192, 512, narrow_pairs),
+                                        (16320, 2048, narrow_pairs), (16384, 512, fours), (16384, 4096, fours),
+                                        (32768, 512, fours)):
+            slow, fast = plans(25.0, rows, seq_len), plans(37.0, rows, seq_len)
+            assert fast["vtrace"] == fast["lambda"] == expected, (rows, seq_len)
+            changed = {name for name in fast if fast[name] != slow[name]}
+            assert changed <= {"vtrace", "lambda"}, (rows, seq_len)
+        # rows ragged in whole tiles' steps or rows: masks, so the plans of slower memories
+        for rows, seq_len in ((16384, 264), (16384, 4104), (16400, 512)):
+            assert plans(37.0, rows, seq_len) == plans(25.0, rows, seq_len), (rows, seq_len)
+        # ragged rows below 16384 keep direct scans in 32 x 64 x 4 pairs, masked (WHOLE_TILES off at launch)
+        assert plans(37.0, 6152, 512)["vtrace"] == (32, 64, 4, 2, True, False)
+        assert plans(37.0, 2048)["vtrace"] == plans(25.0, 2048)["vtrace"]
     finally:
         _launch._default_plan.cache_clear()
 

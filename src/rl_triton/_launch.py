@@ -182,19 +182,15 @@ def _rows_in(ranges: tuple[tuple[int, int] | None, tuple[int, int] | None], num_
 class OneWaveTile:
     """A tile (rows, steps, warps, rows per thread) that calls of 4-byte steps in whole groups take where it makes
     one program per multiprocessor at most, from ``rows[0]`` rows below ``rows[1]``, on rows of at least
-    ``min_steps`` steps (shorter rows read faster in the tiles of fewer rows), on GPUs whose peak memory bandwidth
-    per multiprocessor is at most ``max_dram_gbps_per_multiprocessor`` (one program per multiprocessor keeps too
-    few loads in flight for a faster memory)."""
+    ``min_steps`` steps (shorter rows read faster in the tiles of fewer rows)."""
 
     tile: tuple[int, int, int, int]
     rows: tuple[int, int] = (4096, 1 << 31)
     min_steps: int = 0
-    max_dram_gbps_per_multiprocessor: float = math.inf
 
-    def fits(self, num_rows: int, seq_len: int, multiprocessors: int, dram_gbps_per_multiprocessor: float) -> bool:
+    def fits(self, num_rows: int, seq_len: int, multiprocessors: int) -> bool:
         return (self.rows[0] <= num_rows < self.rows[1] and seq_len >= self.min_steps
-                and triton.cdiv(num_rows, self.tile[0]) <= multiprocessors
-                and dram_gbps_per_multiprocessor <= self.max_dram_gbps_per_multiprocessor)
+                and triton.cdiv(num_rows, self.tile[0]) <= multiprocessors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +213,10 @@ class StridedTimeMajor:
     hold four rows per thread), ``paired_many_rows`` for calls of 4-byte steps of at least
     ``_TIME_MAJOR_MANY_ROWS`` rows, ``paired_walk`` (rows, steps, warps per multiprocessor) for walks of
     4-byte steps, where set, ``one_wave`` tiles whose rows per thread are 2, and those of
-    ``direct_narrow_pairs``. Rows of no whole number of groups never take them."""
+    ``direct_whole_tile``. Rows of no whole number of groups never take them.
+
+    GPUs of more than ``_FAST_MEMORY_GBPS_PER_MULTIPROCESSOR`` of peak memory bandwidth per multiprocessor (an
+    H200) take the rules of ``fast_memory`` where set (``for_memory``)."""
 
     vec: int
     many_rows: tuple[int, int, int]
@@ -234,11 +233,20 @@ class StridedTimeMajor:
     # tiles of 4-byte steps in one program per multiprocessor at most, the first that fits; none: the tiles below
     one_wave: tuple[OneWaveTile, ...] = ()
     # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows where
-    # those tiles make one program per multiprocessor at most, with _PAIRED_NARROW_TILE above them up to
+    # those tiles make one program per multiprocessor at most, with narrow_direct_pairs_tile above them up to
     # narrow_direct_pairs_end rows; such tiles recur by direct scans and leave out in-range masks where whole
-    # (direct_narrow_pairs); None: the tiles below
+    # (direct_whole_tile); None: the tiles below
     narrow_one_wave_tile: tuple[int, int, int] | None = None
     narrow_direct_pairs_end: int = 8192
+    # (rows, steps, warps) of the tiles in row pairs above those of narrow_one_wave_tile, below
+    # narrow_direct_pairs_end rows; None: _PAIRED_NARROW_TILE
+    narrow_direct_pairs_tile: tuple[int, int, int] | None = None
+    # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows where a
+    # call's rows and steps fill whole tiles, which recur by direct scans without in-range masks; None: the tiles
+    # of narrow_many_rows
+    whole_many_rows: tuple[int, int, int, int] | None = None
+    # the rules of GPUs of faster memory (for_memory); None: these
+    fast_memory: StridedTimeMajor | None = None
     # the row counts [first, end) of calls of 2-byte and of 4-byte steps whose tiles walk whole rows by
     # direct scans (TilePlan.direct); None: never
     direct_rows: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
@@ -255,29 +263,40 @@ class StridedTimeMajor:
         """Whether the tiles of such a call leave out in-range masks where they are whole."""
         return _rows_in(self.whole_rows, num_rows, element_bytes)
 
-    def direct_narrow_pairs(self, num_rows: int, multiprocessors: int, whole_groups: bool,
-                            element_bytes: int | None) -> tuple[int, int, int] | None:
-        """The tile (rows, steps, warps) in row pairs, recurring directly without in-range masks where whole, of
-        a call of 2-byte steps in whole groups from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows below
-        ``narrow_direct_pairs_end``: ``narrow_one_wave_tile`` up to as many rows as it covers with one program
-        per multiprocessor, ``_PAIRED_NARROW_TILE`` above; None for other calls."""
-        if (not whole_groups or element_bytes != 2 or self.narrow_one_wave_tile is None
-                or not _NARROW_ONE_WAVE_MIN_ROWS <= num_rows < self.narrow_direct_pairs_end):
+    def for_memory(self, dram_gbps_per_multiprocessor: float) -> StridedTimeMajor:
+        """The rules of a GPU of that peak memory bandwidth per multiprocessor."""
+        if self.fast_memory is not None and dram_gbps_per_multiprocessor > _FAST_MEMORY_GBPS_PER_MULTIPROCESSOR:
+            return self.fast_memory
+        return self
+
+    def direct_whole_tile(self, num_rows: int, seq_len: int, multiprocessors: int, whole_groups: bool,
+                          element_bytes: int | None) -> tuple[int, int, int, int] | None:
+        """The tile (rows, steps, warps, rows per thread) that recurs directly without in-range masks where whole,
+        of a call of 2-byte steps in whole groups: from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows below
+        ``narrow_direct_pairs_end``, row pairs of ``narrow_one_wave_tile`` up to as many rows as it covers with
+        one program per multiprocessor, of ``narrow_direct_pairs_tile`` above; from ``_TIME_MAJOR_MANY_ROWS``
+        rows ``whole_many_rows`` where the call's rows and steps fill its tiles. None for other calls."""
+        if not whole_groups or element_bytes != 2:
             return None
-        if triton.cdiv(num_rows, self.narrow_one_wave_tile[0]) <= multiprocessors:
-            return self.narrow_one_wave_tile
-        return _PAIRED_NARROW_TILE
+        if self.narrow_one_wave_tile is not None and _NARROW_ONE_WAVE_MIN_ROWS <= num_rows < self.narrow_direct_pairs_end:
+            if triton.cdiv(num_rows, self.narrow_one_wave_tile[0]) <= multiprocessors:
+                return *self.narrow_one_wave_tile, 2
+            return *(self.narrow_direct_pairs_tile or _PAIRED_NARROW_TILE), 2
+        whole = self.whole_many_rows
+        if (whole is not None and num_rows >= _TIME_MAJOR_MANY_ROWS
+                and num_rows % whole[0] == 0 and seq_len % whole[1] == 0):
+            return whole
+        return None
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
-                element_bytes: int | None = None, seq_len: int = 1 << 31,
-                dram_gbps_per_multiprocessor: float = 0.0) -> tuple[int, int, int, int]:
+                element_bytes: int | None = None, seq_len: int = 1 << 31) -> tuple[int, int, int, int]:
         """(rows, steps, warps, rows per thread) of the tiles of a call of ``num_rows`` rows (at least
         ``_STRIDED_TILE_MIN_ROWS``) of ``seq_len`` steps whose widest step takes ``element_bytes``, on a GPU of
-        ``multiprocessors`` multiprocessors and that peak memory bandwidth per multiprocessor; rows of no whole
-        number of groups (read step by step) take ``tile`` below ``_TIME_MAJOR_MANY_ROWS``."""
-        direct_pairs = self.direct_narrow_pairs(num_rows, multiprocessors, whole_groups, element_bytes)
-        if direct_pairs is not None:
-            return *direct_pairs, 2
+        ``multiprocessors`` multiprocessors; rows of no whole number of groups (read step by step) take ``tile``
+        below ``_TIME_MAJOR_MANY_ROWS``."""
+        direct_whole = self.direct_whole_tile(num_rows, seq_len, multiprocessors, whole_groups, element_bytes)
+        if direct_whole is not None:
+            return direct_whole
         if whole_groups and element_bytes == 2 and num_rows >= self.paired_narrow_min_rows:
             if num_rows >= _TIME_MAJOR_MANY_ROWS and self.narrow_many_rows is not None:
                 rows, steps, warps, rows_per_thread = self.narrow_many_rows
@@ -294,7 +313,7 @@ class StridedTimeMajor:
             return *self.many_rows, 1
         if whole_groups and element_bytes == 4:
             for one_wave in self.one_wave:
-                if one_wave.fits(num_rows, seq_len, multiprocessors, dram_gbps_per_multiprocessor):
+                if one_wave.fits(num_rows, seq_len, multiprocessors):
                     return one_wave.tile
         rows = _NARROW_STRIDED_TILE_ROWS
         if (not whole_groups or num_rows >= self.full_tile_rows
@@ -451,11 +470,20 @@ GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
 # % of the copy ceiling, 2-3 input sets (benchmarks/results/h100-2026-12-06-run59-one-wave-ab.txt, 16-row tiles ->
 # pairs): 3072x512 / 1024 / 4096 / 16384 76.5 / 80.9 / 78.0 / 69.4 -> 82.0 / 86.6 / 96.6 / 97.4, 2048x1024 / 4096 /
 # 16384 77.5 / 82.1 / 77.9 -> 80.6 / 94.9 / 98.8, but 2048x512 74.8 -> 72.5.
-LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
-                                                one_wave=(OneWaveTile(_PAIRED_NARROW_PAIRS, (2048, 4096)),),
-                                                narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-                                                narrow_one_wave_tile=_PAIRED_NARROW_TILE,
-                                                direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
+# Its 2-byte steps on an H200 (-run65-bf16-mid-rows.txt, -run65-bf16-many-rows.txt, two passes), the plan (32 x 128 x 8
+# pairs, by direct scans below 8192 rows; 64 x 64 x 4 of four rows per thread with maps and in-range masks from 16384)
+# -> 32 x 64 x 4 pairs, direct and whole, at 6144x2048 / 8192x512 / 8192x4096 / 12288x2048: 59.4 / 59.2 / 75.0 / 72.1 ->
+# 62.6 / 65.4 / 77.7 / 88.8; 64 x 64 x 4 direct and whole at 16384x512 / 16384x2048: 76.1 / 90.0 -> 85.0 / 96.3.
+_LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_rows=4096,
+                                                 one_wave=(OneWaveTile(_PAIRED_NARROW_PAIRS, (2048, 4096)),),
+                                                 narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+                                                 narrow_one_wave_tile=_PAIRED_NARROW_TILE,
+                                                 direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
+LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(
+    _LAMBDA_STRIDED_TIME_MAJOR,
+    fast_memory=dataclasses.replace(_LAMBDA_STRIDED_TIME_MAJOR, narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
+                                    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
+                                    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS))
 # GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
 # of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
 # multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
@@ -483,20 +511,38 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 # (-run62-vtrace-pairs-3072-3584.txt, two turns: 3072x16384 / 3328x16384 / 3584x16384 83.9 / 78.1 / 79.2 -> 85.1 /
 # 87.3 / 88.6; at 8192 steps 3072 rows lose, 89.3 -> 85.2; -run63-vtrace-pairs-ab.txt, 16-row tiles -> pairs, two
 # turns: 3328x16384 78.3-78.4 -> 87.1-87.2, 4088x16384 69.0 -> 89.0).
-# On an H200 (37 GB/s of peak memory bandwidth per multiprocessor against an H100's 25) 32 x 64 x 8 at 4096 rows is
+# On an H200 (36.5 GB/s of peak memory bandwidth per multiprocessor against an H100's 25) 32 x 64 x 8 at 4096 rows is
 # the slowest of four tiles (-run64-time-major-tiles.txt, two turns, 4096x2048 / 4096 / 8192 / 16384): 80.8 / 82.9 /
 # 83.9 / 83.9, 16-row tiles (16 x 64 x 4) 89.9 / 91.9 / 90.2 / 80.7, 32 x 128 x 8 pairs 90.2 / 86.8 / 87.9 / 88.8. There
 # 4096-4224 rows take 16-row tiles below 16384 steps and pairs from 16384, as 3072-4095 rows do
 # (-run65-vtrace-fast-memory-ab.txt, two turns, 4096x2048 / 4096 / 16384, 4224x8192: 80.7 / 83.0-83.1 / 84.0 / 84.9 ->
 # 91.0 / 92.6-93.6 / 90.9-91.8 / 93.2).
-VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
-                                             paired_narrow_min_rows=4096,
-                                             one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048,
-                                                                   max_dram_gbps_per_multiprocessor=30.0),
-                                                       OneWaveTile(_PAIRED_NARROW_PAIRS, (2113, 2816), 2048),
-                                                       OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 1 << 31), 16384)),
-                                             narrow_one_wave_tile=_PAIRED_NARROW_TILE,
-                                             narrow_direct_pairs_end=4096)
+# Its 2-byte steps on an H200, the plan (32 x 128 x 8 pairs with maps and in-range masks below 16384 rows, 32 x 64 x 4
+# pairs from 16384) against tiles forced to recur directly without masks, two passes (-run65-bf16-tiles.txt,
+# -run65-bf16-mid-rows.txt, -run65-bf16-four-rows-per-thread.txt, -run65-bf16-many-rows.txt):
+# - 4096x4096 64.6 -> 69.4 in 32 x 128 x 8 pairs (32 x 64 x 4: 54.8, 128 programs of 4 warps);
+# - 32 x 64 x 4 pairs at 6144x2048 / 8192x512 / 8192x2048 / 8192x4096 / 12288x2048: 48.1 / 51.2 / 62.8 / 65.6 / 63.8 ->
+#   65.4 / 65.9 / 77.8 / 80.4 / 84.9 (32 x 128 x 8: 54.1 / 53.9 / - / 68.8 / 67.1);
+# - four rows per thread, 64 x 64 x 4, at 16384x512 / 16384x2048 / 16384x4096 / 24576x512 / 32768x512 / 32768x2048:
+#   67.7 / 77.4 / 78.8 / 69.3 / 70.7 / 77.3 -> 83.5 / 95.2 / 97.2 / 74.0 / 85.1 / 92.9 (at 12288x2048 81.2, at 8192
+#   rows 55-64); but with in-range masks, where the steps do not fill whole tiles, 16384x264 55.8 -> 46.6 (the same
+#   tile masked at 16384x512: 55.4).
+# An H100 read the 4096-row plan faster with maps (round 57, above), and no H100 measured the others.
+# GPUs of faster memory (fast_memory) leave out 32 x 64 x 8 and take those direct, unmasked tiles of 2-byte steps, the
+# four rows per thread only where the rows and steps fill whole tiles (StridedTimeMajor.direct_whole_tile).
+_VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
+                                              paired_narrow_min_rows=4096,
+                                              one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048),
+                                                        OneWaveTile(_PAIRED_NARROW_PAIRS, (2113, 2816), 2048),
+                                                        OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 1 << 31), 16384)),
+                                              narrow_one_wave_tile=_PAIRED_NARROW_TILE,
+                                              narrow_direct_pairs_end=4096)
+VTRACE_STRIDED_TIME_MAJOR = dataclasses.replace(
+    _VTRACE_STRIDED_TIME_MAJOR,
+    fast_memory=dataclasses.replace(_VTRACE_STRIDED_TIME_MAJOR, one_wave=_VTRACE_STRIDED_TIME_MAJOR.one_wave[1:],
+                                    narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
+                                    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
+                                    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS))
 _STRIDED_TILE_MIN_ROWS = 2048
 # Batch-major whole rows without in-range masks where the rows and steps fill whole tiles, against the same
 # tiles masked, on an H200, % of the copy ceiling at 16384x512 / 4096x4096, masked -> whole
@@ -756,6 +802,12 @@ def _multiprocessors(device: torch.device) -> int:
     return 4
 
 
+# GPUs of more peak memory bandwidth per multiprocessor than this (an H200: 36.5; an H100: 25) take
+# StridedTimeMajor.fast_memory: the tiles that suit an H100 keep too few loads in flight for them (see
+# VTRACE_STRIDED_TIME_MAJOR)
+_FAST_MEMORY_GBPS_PER_MULTIPROCESSOR = 30.0
+
+
 @functools.cache
 def _dram_gbps_per_multiprocessor(device: torch.device) -> float:
     """Peak memory bandwidth (GB/s, double data rate over the bus) per multiprocessor; 0 off CUDA or where the
@@ -887,6 +939,7 @@ def _plan(
     if not time_major:
         strided_time_major = None
     if strided_time_major is not None:
+        strided_time_major = strided_time_major.for_memory(_dram_gbps_per_multiprocessor(device))
         # strided groups take the walk tiles of StridedTimeMajor (walk / paired_walk for float32 steps
         # from walk[0] rows) or the 16 x 64 time-major walk tile, never time_major_walk
         time_major_walk = None
@@ -897,8 +950,7 @@ def _plan(
                     and num_rows >= (_STRIDED_TILE_MIN_ROWS if whole_groups else _PARTIAL_GROUPS_STRIDED_MIN_ROWS))
     if strided_tile:
         tile_rows, tile_steps, tile_warps, rows_per_thread = strided_time_major.tile_of(
-            num_rows, _multiprocessors(device), whole_groups, element_bytes, seq_len,
-            _dram_gbps_per_multiprocessor(device))
+            num_rows, _multiprocessors(device), whole_groups, element_bytes, seq_len)
         # the tile names its warps (max_warps is for batch-major single chunks)
         max_warps = max(max_warps, tile_warps)
         unsplit_rows = _TIME_MAJOR_UNSPLIT_ROWS
@@ -1029,14 +1081,14 @@ def _plan(
         default_cap = split_max_registers if split and not time_major else None
     max_registers = _register_cap(default_cap)
     default_tiles = not split and _override.block_rows is None and _override.block_time is None
-    # the tiles of direct_narrow_pairs recur directly and leave out in-range masks where whole
-    direct_pairs = strided_tile and strided_time_major.direct_narrow_pairs(
-        num_rows, _multiprocessors(device), whole_groups, element_bytes) is not None
-    direct = default_tiles and strided_tile and (direct_pairs or strided_time_major.direct(num_rows, element_bytes))
+    # the tiles of direct_whole_tile recur directly and leave out in-range masks where whole
+    direct_whole = strided_tile and strided_time_major.direct_whole_tile(
+        num_rows, seq_len, _multiprocessors(device), whole_groups, element_bytes) is not None
+    direct = default_tiles and strided_tile and (direct_whole or strided_time_major.direct(num_rows, element_bytes))
     if _override.direct is not None:
         direct = _override.direct
     if strided_tile:
-        whole_tiles = default_tiles and (direct_pairs or strided_time_major.whole(num_rows, element_bytes))
+        whole_tiles = default_tiles and (direct_whole or strided_time_major.whole(num_rows, element_bytes))
     else:
         whole_tiles = default_tiles and not time_major and narrow_whole_rows and element_bytes == 2
     if _override.whole_tiles is not None:
