@@ -527,7 +527,8 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 #   67.7 / 77.4 / 78.8 / 69.3 / 70.7 / 77.3 -> 83.5 / 95.2 / 97.2 / 74.0 / 85.1 / 92.9 (at 12288x2048 81.2, at 8192
 #   rows 55-64); but with in-range masks, where the steps do not fill whole tiles, 16384x264 55.8 -> 46.6 (the same
 #   tile masked at 16384x512: 55.4).
-# An H100 read the 4096-row plan faster with maps (round 57, above), and no H100 measured the others.
+# An H100 read the 4096-row plan faster with maps (round 57, above); its figures of the others (round 66,
+# -run66-bf16-rows.txt) are not a plan of its own yet.
 # GPUs of faster memory (fast_memory) leave out 32 x 64 x 8 and take those direct, unmasked tiles of 2-byte steps, the
 # four rows per thread only where the rows and steps fill whole tiles (StridedTimeMajor.direct_whole_tile).
 _VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
