@@ -320,16 +320,18 @@ def test_time_major_bf16_direct_row_pairs(gen, estimator, rows, seq_len):
 
 
 @pytest.mark.parametrize("estimator", [pytest.param(vtrace, id="vtrace"), pytest.param(lambda_returns, id="lambda_returns")])
-@pytest.mark.parametrize("rows, seq_len", [(4096, 512), (6144, 512), (6152, 520), (16384, 512), (16384, 264),
-                                           (32768, 128)])
-def test_time_major_bf16_tiles_on_fast_memory(gen, monkeypatch, estimator, rows, seq_len):
-    # bf16 V-trace and lambda-returns stored [T, N] in the plans of GPUs of more than 30 GB/s of memory bandwidth
-    # per multiprocessor, on any GPU (plans made uncached under 37 GB/s; tests/test_plans.py): 32 x 128 x 8 pairs at
-    # 4096 rows and 32 x 64 x 4 pairs at 6144, direct and whole, 6152 rows of 520 steps masked; from 16384 rows
-    # 64 x 64 x 4 of four rows per thread, direct and whole (512 and 128 steps), 264 steps in the plans of slower
-    # memories
+@pytest.mark.parametrize("rows, seq_len", [(4096, 512), (6144, 512), (6152, 520), (10240, 512), (12352, 520),
+                                           (16384, 512), (16384, 264), (32768, 128)])
+@pytest.mark.parametrize("dram_gbps_per_multiprocessor", [25.0, 37.0], ids=["slow-memory", "fast-memory"])
+def test_time_major_bf16_tiles_by_memory(gen, monkeypatch, estimator, rows, seq_len, dram_gbps_per_multiprocessor):
+    # bf16 V-trace and lambda-returns stored [T, N] in the plans of GPUs of at most and of more than 30 GB/s of
+    # memory bandwidth per multiprocessor, on any GPU (plans made uncached; tests/test_plans.py): 32 x 128 x 8
+    # pairs at 4096 rows (V-trace on slow memory: with maps), 32 x 64 x 4 pairs at 6144, direct and whole, 6152 rows
+    # of 520 steps masked; 64 x 64 x 4 of four rows per thread, direct and whole, from 10240 rows on slow memory
+    # (lambda-returns below 32768) and from 16384 on fast memory; 12352 rows of 520 steps and 16384 of 264 in the
+    # plans of before
     monkeypatch.setattr(_launch, "_default_plan", _launch._default_plan.__wrapped__)
-    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 37.0)
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
     assert_time_major_matches(gen, estimator, rows, seq_len, low=True)
 
 

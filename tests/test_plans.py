@@ -230,8 +230,9 @@ def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
     """bf16 values with uint8 flags stored [T, N] of 3072 rows to as many as 32-row tiles cover with one program
     per multiprocessor: 32-row tiles in row pairs that recur directly without in-range masks, of 16 warps (GAE
     without truncations, discounted returns, the episodic scans) or 8 (GAE with truncations, lambda-returns);
-    from there to 8191 rows 32 x 128 x 8 pairs the same way; V-trace in 32 x 128 x 8 pairs the same way below
-    4096 rows, with maps from 4096 as before; fewer rows and 8192 keep their plans."""
+    from there to 8191 rows 32 x 128 x 8 pairs the same way (V-trace and lambda-returns: 32 x 64 x 4 pairs,
+    test_time_major_bf16_tiles_on_slow_memory); V-trace in 32 x 128 x 8 pairs the same way below 4096 rows, with
+    maps from 4096 as before; fewer rows and 8192 keep their plans."""
     _launch._default_plan.cache_clear()
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200 or an H100
     monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)  # an H100
@@ -247,15 +248,15 @@ def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
             assert calls(rows) == {"gae": wide, "gae+trunc": short, "vtrace": vtrace, "discounted": wide,
                                    "lambda": short, "episodic": wide}
         # 4256 rows make 133 programs of 32 rows: 32 x 128 x 8 pairs, two programs per multiprocessor
+        narrow_pairs = (32, 64, 4, 2, True, True)
         for rows in (4256, 6144, 8160):
             short = (32, 128, 8, 2, True, True)
-            vtrace = (32, 128, 8, 2, False, False)
-            assert calls(rows) == {"gae": short, "gae+trunc": short, "vtrace": vtrace, "discounted": short,
-                                   "lambda": short, "episodic": short}, rows
+            assert calls(rows) == {"gae": short, "gae+trunc": short, "vtrace": narrow_pairs, "discounted": short,
+                                   "lambda": narrow_pairs, "episodic": short}, rows
         # 8192 rows: pairs of 32 x 128 x 8 as before, recurring directly where direct_rows say
         assert calls(8192) == {"gae": (32, 128, 8, 2, True, True), "gae+trunc": (32, 128, 8, 2, True, True),
-                               "vtrace": (32, 128, 8, 2, False, False), "discounted": (32, 128, 8, 2, True, True),
-                               "lambda": (32, 128, 8, 2, False, True), "episodic": (32, 128, 8, 2, True, True)}
+                               "vtrace": narrow_pairs, "discounted": (32, 128, 8, 2, True, True),
+                               "lambda": narrow_pairs, "episodic": (32, 128, 8, 2, True, True)}
         assert calls(2048)["episodic"][:3] == (16, 256, 16)
     finally:
         _launch._default_plan.cache_clear()
@@ -291,6 +292,39 @@ def test_time_major_bf16_tiles_on_fast_memory(monkeypatch):
         # ragged rows below 16384 keep direct scans in 32 x 64 x 4 pairs, masked (WHOLE_TILES off at launch)
         assert plans(37.0, 6152, 512)["vtrace"] == (32, 64, 4, 2, True, False)
         assert plans(37.0, 2048)["vtrace"] == plans(25.0, 2048)["vtrace"]
+    finally:
+        _launch._default_plan.cache_clear()
+
+
+def test_time_major_bf16_tiles_on_slow_memory(monkeypatch):
+    """On GPUs of at most 30 GB/s of peak memory bandwidth per multiprocessor (an H100), bf16 V-trace and
+    lambda-returns stored [T, N] take 32 x 64 x 4 pairs, direct and whole, above the rows that 32-row tiles cover
+    with one program per multiprocessor up to 12287 rows, and 64 x 64 x 4 of four rows per thread the same way from
+    10240 rows where the rows and steps fill whole tiles (lambda-returns: below 32768 rows); V-trace keeps maps in
+    32 x 128 x 8 pairs at 4096-4224 rows."""
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)
+
+    def plans(rows, seq_len=4096):
+        _launch._default_plan.cache_clear()
+        return bf16_time_major_plans(monkeypatch, rows, seq_len)
+
+    try:
+        narrow_pairs, fours = (32, 64, 4, 2, True, True), (64, 64, 4, 4, True, True)
+        maps = (32, 128, 8, 2, False, False)
+        for rows, seq_len, vtrace, lambda_returns in (
+                (4096, 4096, maps, (32, 128, 8, 2, True, True)), (4224, 512, maps, (32, 128, 8, 2, True, True)),
+                (4256, 2048, narrow_pairs, narrow_pairs), (10176, 2048, narrow_pairs, narrow_pairs),
+                (10240, 2048, fours, fours), (12288, 512, fours, fours), (16320, 4096, fours, fours),
+                (24576, 512, fours, fours)):
+            assert plans(rows, seq_len)["vtrace"] == vtrace, (rows, seq_len)
+            assert plans(rows, seq_len)["lambda"] == lambda_returns, (rows, seq_len)
+        # ragged steps below 12288 rows: the pairs, masked at launch; from 12288 rows the plans of before
+        assert plans(10240, 520)["vtrace"] == (32, 64, 4, 2, True, False)
+        assert plans(12352, 520)["vtrace"] == plans(12352, 520)["vtrace"][:4] + (False, False)
+        # lambda-returns from 32768 rows keep the halved tiles of narrow_many_rows, with maps and masks
+        assert plans(32768, 512)["lambda"] == (64, 32, 2, 4, False, False)
+        assert plans(32768, 512)["vtrace"] == fours
     finally:
         _launch._default_plan.cache_clear()
 
@@ -667,7 +701,8 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
     steps), lambda-returns of float32 steps at 2048-4095 rows and walks of float32 eligibility traces and prefix
     sums; one row per thread elsewhere, and wherever a tensor of the launch has rows that do not pair up."""
     _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200 or an H100
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)  # an H100
 
     def plan(launcher, *inputs):
         seen = {}
@@ -694,7 +729,9 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
 
     try:
         low = {"values": torch.bfloat16, "flags": torch.uint8}
-        for name, got in calls(8192, 2048, **low).items():
+        at_8192 = calls(8192, 2048, **low)
+        assert at_8192.pop("vtrace") == at_8192.pop("lambda") == (32, 64, 4, 2, (256,))
+        for name, got in at_8192.items():
             assert got == (32, 128, 8, 2, (256,)), name
         # 4096 rows: one program of 32 rows in pairs per multiprocessor (test_time_major_bf16_tiles_of_one_wave_...)
         at_4096 = calls(4096, 4096, **low)
@@ -703,7 +740,7 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
         x, done = stored(4096, 4096, torch.bfloat16), stored(4096, 4096, torch.uint8)
         assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
         at_16384 = calls(16384, 512, **low)
-        assert at_16384.pop("lambda") == (64, 64, 4, 4, (256,))
+        assert at_16384.pop("lambda") == at_16384.pop("vtrace") == (64, 64, 4, 4, (256,))
         for name, got in at_16384.items():
             assert got == (32, 64, 4, 2, (512,)), name
         # GAE with truncations and lambda-returns: four rows per thread from 16384 rows, half the steps

@@ -101,7 +101,11 @@ def vtrace_meta(monkeypatch, rows, steps, dtype, time_major):
 
 def test_default_plans_take_whole_tiles_where_measured(monkeypatch):
     bf16, f32 = torch.bfloat16, torch.float32
-    # bf16 values stored [T, N] from 4096 to 16383 rows, but V-trace's
+    _launch._default_plan.cache_clear()  # four_multiprocessors clears it again after
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H100
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)
+    # bf16 values stored [T, N] from 4096 to 16383 rows, but V-trace's at 4096 (one program of 32-row pairs per
+    # multiprocessor)
     assert gae_meta(monkeypatch, 4096, 128, bf16, True)["WHOLE_TILES"] is True
     assert vtrace_meta(monkeypatch, 4096, 128, bf16, True)["WHOLE_TILES"] is False
     assert gae_meta(monkeypatch, 16384, 128, bf16, True)["WHOLE_TILES"] is False

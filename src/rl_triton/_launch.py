@@ -232,19 +232,21 @@ class StridedTimeMajor:
     narrow_many_rows: tuple[int, int, int, int] | None = None
     # tiles of 4-byte steps in one program per multiprocessor at most, the first that fits; none: the tiles below
     one_wave: tuple[OneWaveTile, ...] = ()
-    # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows where
-    # those tiles make one program per multiprocessor at most, with narrow_direct_pairs_tile above them up to
-    # narrow_direct_pairs_end rows; such tiles recur by direct scans and leave out in-range masks where whole
-    # (direct_whole_tile); None: the tiles below
+    # (rows, steps, warps) of the tiles of 2-byte steps in row pairs from _NARROW_ONE_WAVE_MIN_ROWS rows below
+    # narrow_one_wave_end where those tiles make one program per multiprocessor at most, with
+    # narrow_direct_pairs_tile above them up to narrow_direct_pairs_end rows; such tiles recur by direct scans and
+    # leave out in-range masks where whole (direct_whole_tile); None: the tiles below
     narrow_one_wave_tile: tuple[int, int, int] | None = None
+    narrow_one_wave_end: int = 1 << 31
     narrow_direct_pairs_end: int = 8192
     # (rows, steps, warps) of the tiles in row pairs above those of narrow_one_wave_tile, below
     # narrow_direct_pairs_end rows; None: _PAIRED_NARROW_TILE
     narrow_direct_pairs_tile: tuple[int, int, int] | None = None
-    # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps from _TIME_MAJOR_MANY_ROWS rows where a
-    # call's rows and steps fill whole tiles, which recur by direct scans without in-range masks; None: the tiles
-    # of narrow_many_rows
+    # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps of calls of whole_many_rows_range rows
+    # [first, end) whose rows and steps fill whole tiles, which recur by direct scans without in-range masks
+    # (before the row pairs above); None: the tiles of those calls' other rules
     whole_many_rows: tuple[int, int, int, int] | None = None
+    whole_many_rows_range: tuple[int, int] = (_TIME_MAJOR_MANY_ROWS, 1 << 31)
     # the rules of GPUs of faster memory (for_memory); None: these
     fast_memory: StridedTimeMajor | None = None
     # the row counts [first, end) of calls of 2-byte and of 4-byte steps whose tiles walk whole rows by
@@ -272,20 +274,22 @@ class StridedTimeMajor:
     def direct_whole_tile(self, num_rows: int, seq_len: int, multiprocessors: int, whole_groups: bool,
                           element_bytes: int | None) -> tuple[int, int, int, int] | None:
         """The tile (rows, steps, warps, rows per thread) that recurs directly without in-range masks where whole,
-        of a call of 2-byte steps in whole groups: from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows below
+        of a call of 2-byte steps in whole groups: ``whole_many_rows`` where the call's rows (in
+        ``whole_many_rows_range``) and steps fill its tiles; else from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows below
         ``narrow_direct_pairs_end``, row pairs of ``narrow_one_wave_tile`` up to as many rows as it covers with
-        one program per multiprocessor, of ``narrow_direct_pairs_tile`` above; from ``_TIME_MAJOR_MANY_ROWS``
-        rows ``whole_many_rows`` where the call's rows and steps fill its tiles. None for other calls."""
+        one program per multiprocessor (below ``narrow_one_wave_end`` rows), of ``narrow_direct_pairs_tile``
+        above. None for other calls."""
         if not whole_groups or element_bytes != 2:
             return None
-        if self.narrow_one_wave_tile is not None and _NARROW_ONE_WAVE_MIN_ROWS <= num_rows < self.narrow_direct_pairs_end:
-            if triton.cdiv(num_rows, self.narrow_one_wave_tile[0]) <= multiprocessors:
-                return *self.narrow_one_wave_tile, 2
-            return *(self.narrow_direct_pairs_tile or _PAIRED_NARROW_TILE), 2
-        whole = self.whole_many_rows
-        if (whole is not None and num_rows >= _TIME_MAJOR_MANY_ROWS
+        whole, (first, end) = self.whole_many_rows, self.whole_many_rows_range
+        if (whole is not None and first <= num_rows < end
                 and num_rows % whole[0] == 0 and seq_len % whole[1] == 0):
             return whole
+        if self.narrow_one_wave_tile is not None and _NARROW_ONE_WAVE_MIN_ROWS <= num_rows < self.narrow_direct_pairs_end:
+            if triton.cdiv(num_rows, self.narrow_one_wave_tile[0]) > multiprocessors:
+                return *(self.narrow_direct_pairs_tile or _PAIRED_NARROW_TILE), 2
+            if num_rows < self.narrow_one_wave_end:
+                return *self.narrow_one_wave_tile, 2
         return None
 
     def tile_of(self, num_rows: int, multiprocessors: int, whole_groups: bool = True,
@@ -479,8 +483,18 @@ _LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_r
                                                  narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
                                                  narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                                  direct_rows=((4096, 8192), (4096, _DIRECT_MAX_ROWS)))
+# An H100 reads the same direct, unmasked tiles faster too, from 4225 rows, with the four rows per thread from fewer
+# rows (-run66-bf16-rows.txt, -run66-bf16-tiles.txt, two passes): 32 x 64 x 4 pairs at 5120x2048 / 6144x512 /
+# 8192x512 / 8192x2048 / 9216x2048 64.3 / 60.9 / 71.5 / 80.4 / 69.3 -> 70.1 / 70.9 / 79.8 / 89.0 / 88.6; 64 x 64 x 4 at
+# 10240x2048 / 11264x1024 / 12288x2048 / 13312x2048 / 14336x2048 / 20480x512 / 24576x512 74.0 / 76.2 / 75.5 / 74.8 /
+# 75.7 / 75.0 / 79.8 -> 89.3 / 88.0 / 93.2 / 94.0 / 93.0 / 85.9 / 89.7 (pairs: 87.2 / 86.1 / 89.0 / 78.2 / 72.1 /
+# 72.3 / 79.4), but at 32768x512, where the plan halves its tiles' steps and warps, 91.0 -> 86.1. So GPUs of slower
+# memory take 32 x 64 x 4 pairs to 12287 rows and 64 x 64 x 4 from 10240 to 32767 where whole; in turns against the
+# plans of before (-run66-slow-memory-ab.txt) 4608x2048 / 8192x2048 / 12288x2048 / 14336x2048 / 20480x512: 58.5 / 80.5 /
+# 73.0 / 75.4 / 74.9 -> 66.3 / 88.6 / 92.8 / 92.5 / 85.4.
 LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(
-    _LAMBDA_STRIDED_TIME_MAJOR,
+    _LAMBDA_STRIDED_TIME_MAJOR, narrow_direct_pairs_end=12288, narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
+    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS, whole_many_rows_range=(10240, 2 * _TIME_MAJOR_MANY_ROWS),
     fast_memory=dataclasses.replace(_LAMBDA_STRIDED_TIME_MAJOR, narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
                                     narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
                                     whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS))
@@ -527,10 +541,18 @@ GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_m
 #   67.7 / 77.4 / 78.8 / 69.3 / 70.7 / 77.3 -> 83.5 / 95.2 / 97.2 / 74.0 / 85.1 / 92.9 (at 12288x2048 81.2, at 8192
 #   rows 55-64); but with in-range masks, where the steps do not fill whole tiles, 16384x264 55.8 -> 46.6 (the same
 #   tile masked at 16384x512: 55.4).
-# An H100 read the 4096-row plan faster with maps (round 57, above); its figures of the others (round 66,
-# -run66-bf16-rows.txt) are not a plan of its own yet.
 # GPUs of faster memory (fast_memory) leave out 32 x 64 x 8 and take those direct, unmasked tiles of 2-byte steps, the
 # four rows per thread only where the rows and steps fill whole tiles (StridedTimeMajor.direct_whole_tile).
+# An H100 reads the 4096-row plan faster with maps (round 57, above; 4096x4096 89.5 against 82.6 direct and whole,
+# -run66-bf16-tiles.txt), and the others faster from 4225 rows, the four rows per thread from 10240 rows
+# (-run66-bf16-rows.txt, -run66-bf16-tiles.txt, two passes): 32 x 64 x 4 pairs at 5120x2048 / 6144x512 / 7168x2048 /
+# 8192x512 / 8192x2048 / 9216x2048 56.4 / 54.8 / 76.6 / 67.3 / 84.8 / 67.4 -> 72.5 / 70.2 / 86.5 / 79.7 / 90.6 / 87.3;
+# 64 x 64 x 4 at 10240x2048 / 11264x1024 / 12288x2048 / 13312x2048 / 14336x2048 / 16384x512 / 32768x512 73.8 / 74.6 /
+# 85.5 / 72.4 / 77.3 / 83.0 / 85.2 -> 86.5 / 86.8 / 92.8 / 93.8 / 90.8 / 88.1 / 90.0 (pairs: 83.9 / 85.1 / 81.2 /
+# 69.8 / 71.9 / 76.4 / 84.9); at 16384x2048 and 24576x512 89.7 / 83.8 -> 88.6 / 82.7. So GPUs of slower memory take
+# 32 x 64 x 4 pairs from 4225 rows to 12287 and 64 x 64 x 4 from 10240 where whole (narrow_one_wave_end keeps the maps at
+# 4096-4224 rows); in turns against the plans of before (-run66-slow-memory-ab.txt) 4608x2048 / 5120x512 / 11264x1024 /
+# 14336x2048 / 32768x512: 51.2 / 47.7 / 74.5 / 76.9 / 84.3 -> 68.3 / 66.2 / 86.2 / 90.5 / 89.9.
 _VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192, 8, paired_many_rows=(64, 32, 4),
                                               paired_narrow_min_rows=4096,
                                               one_wave=(OneWaveTile((32, 64, 8, 1), min_steps=2048),
@@ -539,7 +561,9 @@ _VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192,
                                               narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                               narrow_direct_pairs_end=4096)
 VTRACE_STRIDED_TIME_MAJOR = dataclasses.replace(
-    _VTRACE_STRIDED_TIME_MAJOR,
+    _VTRACE_STRIDED_TIME_MAJOR, narrow_one_wave_end=4096, narrow_direct_pairs_end=12288,
+    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+    whole_many_rows_range=(10240, 1 << 31),
     fast_memory=dataclasses.replace(_VTRACE_STRIDED_TIME_MAJOR, one_wave=_VTRACE_STRIDED_TIME_MAJOR.one_wave[1:],
                                     narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
                                     narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
