@@ -79,6 +79,29 @@ DEVICE = "cuda" if HAS_CUDA else "cpu"
 BACKENDS = ("triton", "reference")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard", default=None, metavar="K/N",
+        help="run only the K-th (from 1) of N interleaved shares of the collected tests: every N-th test from the "
+             "K-th, so that N runs (processes or machines) of the shares 1/N .. N/N run each test once")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = config.getoption("--shard")
+    if shard is None:
+        return
+    match = re.fullmatch(r"(\d+)/(\d+)", shard)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise pytest.UsageError(f"--shard takes K/N with 1 <= K <= N, not {shard!r}")
+    index, count = int(match[1]) - 1, int(match[2])
+    # interleaved rather than in blocks: the parametrised cases of one slow test spread over all shares
+    kept = [item for position, item in enumerate(items) if position % count == index]
+    deselected = [item for position, item in enumerate(items) if position % count != index]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+    items[:] = kept
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """Workers of ``-n auto``: none with a GPU (the speed tests skip under workers, whose kernels
     would share the GPU), else pytest-xdist's count, one per CPU core."""
