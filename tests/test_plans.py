@@ -203,9 +203,23 @@ def test_fast_memories_take_their_own_rules():
     assert _launch._dram_gbps_per_multiprocessor(torch.device("cpu")) == 0.0
 
 
-def bf16_time_major_plans(monkeypatch, rows: int, seq_len: int = 4096) -> dict[str, tuple]:
+@pytest.fixture
+def fresh_plans():
+    """The plan cache emptied before and after a test that makes plans under patched GPU properties."""
+    _launch._default_plan.cache_clear()
+    yield
+    _launch._default_plan.cache_clear()
+
+
+def bf16_time_major_plans(monkeypatch, rows: int, seq_len: int = 4096,
+                          dram_gbps_per_multiprocessor: float = 25.0) -> dict[str, tuple]:
     """(rows, steps, warps, rows per thread, direct, whole tiles) of each strided estimator's call on bf16 values
-    with uint8 flags stored [T, N] of ``rows`` rows of ``seq_len`` steps."""
+    with uint8 flags stored [T, N] of ``rows`` rows of ``seq_len`` steps, planned afresh for a GPU of 132
+    multiprocessors (an H100 or an H200) and that peak memory bandwidth per multiprocessor (GB/s; an H100: 25.4,
+    an H200: 36.5)."""
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
 
     def tile(launcher, *inputs):
         seen = recorded_meta(monkeypatch, launcher, *inputs)
@@ -226,107 +240,90 @@ def bf16_time_major_plans(monkeypatch, rows: int, seq_len: int = 4096) -> dict[s
     }
 
 
-def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch):
+def test_time_major_bf16_tiles_from_3072_rows_hold_row_pairs(monkeypatch, fresh_plans):
     """bf16 values with uint8 flags stored [T, N] of 3072 rows to as many as 32-row tiles cover with one program
     per multiprocessor: 32-row tiles in row pairs that recur directly without in-range masks, of 16 warps (GAE
     without truncations, discounted returns, the episodic scans) or 8 (GAE with truncations, lambda-returns);
     from there to 8191 rows 32 x 128 x 8 pairs the same way (V-trace and lambda-returns: 32 x 64 x 4 pairs,
     test_time_major_bf16_tiles_on_slow_memory); V-trace in 32 x 128 x 8 pairs the same way below 4096 rows, with
-    maps from 4096 as before; fewer rows and 8192 keep their plans."""
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200 or an H100
-    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)  # an H100
+    maps from 4096 as before; fewer rows and 8192 keep their plans (planned for an H100)."""
 
     def calls(rows):
         return bf16_time_major_plans(monkeypatch, rows)
 
-    try:
-        for rows in (3072, 4096, 4224):
-            wide, short = (32, 256, 16, 2, True, True), (32, 128, 8, 2, True, True)
-            # V-trace: 32 x 128 x 8 in pairs, direct and whole below 4096 rows, building maps from 4096
-            vtrace = (32, 128, 8, 2, False, False) if rows >= 4096 else short
-            assert calls(rows) == {"gae": wide, "gae+trunc": short, "vtrace": vtrace, "discounted": wide,
-                                   "lambda": short, "episodic": wide}
-        # 4256 rows make 133 programs of 32 rows: 32 x 128 x 8 pairs, two programs per multiprocessor
-        narrow_pairs = (32, 64, 4, 2, True, True)
-        for rows in (4256, 6144, 8160):
-            short = (32, 128, 8, 2, True, True)
-            assert calls(rows) == {"gae": short, "gae+trunc": short, "vtrace": narrow_pairs, "discounted": short,
-                                   "lambda": narrow_pairs, "episodic": short}, rows
-        # 8192 rows: pairs of 32 x 128 x 8 as before, recurring directly where direct_rows say
-        assert calls(8192) == {"gae": (32, 128, 8, 2, True, True), "gae+trunc": (32, 128, 8, 2, True, True),
-                               "vtrace": narrow_pairs, "discounted": (32, 128, 8, 2, True, True),
-                               "lambda": narrow_pairs, "episodic": (32, 128, 8, 2, True, True)}
-        assert calls(2048)["episodic"][:3] == (16, 256, 16)
-    finally:
-        _launch._default_plan.cache_clear()
+    for rows in (3072, 4096, 4224):
+        wide, short = (32, 256, 16, 2, True, True), (32, 128, 8, 2, True, True)
+        # V-trace: 32 x 128 x 8 in pairs, direct and whole below 4096 rows, building maps from 4096
+        vtrace = (32, 128, 8, 2, False, False) if rows >= 4096 else short
+        assert calls(rows) == {"gae": wide, "gae+trunc": short, "vtrace": vtrace, "discounted": wide,
+                               "lambda": short, "episodic": wide}
+    # 4256 rows make 133 programs of 32 rows: 32 x 128 x 8 pairs, two programs per multiprocessor
+    narrow_pairs = (32, 64, 4, 2, True, True)
+    for rows in (4256, 6144, 8160):
+        short = (32, 128, 8, 2, True, True)
+        assert calls(rows) == {"gae": short, "gae+trunc": short, "vtrace": narrow_pairs, "discounted": short,
+                               "lambda": narrow_pairs, "episodic": short}, rows
+    # 8192 rows: pairs of 32 x 128 x 8 as before, recurring directly where direct_rows say
+    assert calls(8192) == {"gae": (32, 128, 8, 2, True, True), "gae+trunc": (32, 128, 8, 2, True, True),
+                           "vtrace": narrow_pairs, "discounted": (32, 128, 8, 2, True, True),
+                           "lambda": narrow_pairs, "episodic": (32, 128, 8, 2, True, True)}
+    assert calls(2048)["episodic"][:3] == (16, 256, 16)
 
 
-def test_time_major_bf16_tiles_on_fast_memory(monkeypatch):
+def test_time_major_bf16_tiles_on_fast_memory(monkeypatch, fresh_plans):
     """On GPUs of more than 30 GB/s of peak memory bandwidth per multiprocessor (an H200), bf16 V-trace and
     lambda-returns stored [T, N] recur directly without in-range masks from 3072 rows: 32 x 128 x 8 pairs up to
     4224 rows (one program per multiprocessor), 32 x 64 x 4 pairs to 16383 rows, and from 16384 rows 64 x 64 x 4
     of four rows per thread where the rows and steps fill whole tiles (else the plans of slower memories); the
     other estimators keep their plans."""
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
 
     def plans(dram_gbps_per_multiprocessor, rows, seq_len=4096):
-        _launch._default_plan.cache_clear()
-        monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
-        return bf16_time_major_plans(monkeypatch, rows, seq_len)
+        return bf16_time_major_plans(monkeypatch, rows, seq_len, dram_gbps_per_multiprocessor)
 
-    try:
-        pairs, narrow_pairs, fours = (32, 128, 8, 2, True, True), (32, 64, 4, 2, True, True), (64, 64, 4, 4, True, True)
-        for rows, seq_len, expected in ((3072, 4096, pairs), (4096, 4096, pairs), (4224, 4096, pairs),
-                                        (4256, 4096, narrow_pairs), (8192, 512, narrow_pairs),
-                                        (16320, 2048, narrow_pairs), (16384, 512, fours), (16384, 4096, fours),
-                                        (32768, 512, fours)):
-            slow, fast = plans(25.0, rows, seq_len), plans(37.0, rows, seq_len)
-            assert fast["vtrace"] == fast["lambda"] == expected, (rows, seq_len)
-            changed = {name for name in fast if fast[name] != slow[name]}
-            assert changed <= {"vtrace", "lambda"}, (rows, seq_len)
-        # rows ragged in whole tiles' steps or rows: masks, so the plans of slower memories
-        for rows, seq_len in ((16384, 264), (16384, 4104), (16400, 512)):
-            assert plans(37.0, rows, seq_len) == plans(25.0, rows, seq_len), (rows, seq_len)
-        # ragged rows below 16384 keep direct scans in 32 x 64 x 4 pairs, masked (WHOLE_TILES off at launch)
-        assert plans(37.0, 6152, 512)["vtrace"] == (32, 64, 4, 2, True, False)
-        assert plans(37.0, 2048)["vtrace"] == plans(25.0, 2048)["vtrace"]
-    finally:
-        _launch._default_plan.cache_clear()
+    pairs, narrow_pairs, fours = (32, 128, 8, 2, True, True), (32, 64, 4, 2, True, True), (64, 64, 4, 4, True, True)
+    for rows, seq_len, expected in ((3072, 4096, pairs), (4096, 4096, pairs), (4224, 4096, pairs),
+                                    (4256, 4096, narrow_pairs), (8192, 512, narrow_pairs),
+                                    (16320, 2048, narrow_pairs), (16384, 512, fours), (16384, 4096, fours),
+                                    (32768, 512, fours)):
+        slow, fast = plans(25.0, rows, seq_len), plans(37.0, rows, seq_len)
+        assert fast["vtrace"] == fast["lambda"] == expected, (rows, seq_len)
+        changed = {name for name in fast if fast[name] != slow[name]}
+        assert changed <= {"vtrace", "lambda"}, (rows, seq_len)
+    # rows ragged in whole tiles' steps or rows: masks, so the plans of slower memories
+    for rows, seq_len in ((16384, 264), (16384, 4104), (16400, 512)):
+        assert plans(37.0, rows, seq_len) == plans(25.0, rows, seq_len), (rows, seq_len)
+    # ragged rows below 16384 keep direct scans in 32 x 64 x 4 pairs, masked (WHOLE_TILES off at launch)
+    assert plans(37.0, 6152, 512)["vtrace"] == (32, 64, 4, 2, True, False)
+    assert plans(37.0, 2048)["vtrace"] == plans(25.0, 2048)["vtrace"]
 
 
-def test_time_major_bf16_tiles_on_slow_memory(monkeypatch):
+def test_time_major_bf16_tiles_on_slow_memory(monkeypatch, fresh_plans):
     """On GPUs of at most 30 GB/s of peak memory bandwidth per multiprocessor (an H100), bf16 V-trace and
     lambda-returns stored [T, N] take 32 x 64 x 4 pairs, direct and whole, above the rows that 32-row tiles cover
     with one program per multiprocessor up to 12287 rows, and 64 x 64 x 4 of four rows per thread the same way from
     10240 rows where the rows and steps fill whole tiles (lambda-returns: below 32768 rows); V-trace keeps maps in
     32 x 128 x 8 pairs at 4096-4224 rows."""
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
-    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)
 
     def plans(rows, seq_len=4096):
-        _launch._default_plan.cache_clear()
         return bf16_time_major_plans(monkeypatch, rows, seq_len)
 
-    try:
-        narrow_pairs, fours = (32, 64, 4, 2, True, True), (64, 64, 4, 4, True, True)
-        maps = (32, 128, 8, 2, False, False)
-        for rows, seq_len, vtrace, lambda_returns in (
-                (4096, 4096, maps, (32, 128, 8, 2, True, True)), (4224, 512, maps, (32, 128, 8, 2, True, True)),
-                (4256, 2048, narrow_pairs, narrow_pairs), (10176, 2048, narrow_pairs, narrow_pairs),
-                (10240, 2048, fours, fours), (12288, 512, fours, fours), (16320, 4096, fours, fours),
-                (24576, 512, fours, fours)):
-            assert plans(rows, seq_len)["vtrace"] == vtrace, (rows, seq_len)
-            assert plans(rows, seq_len)["lambda"] == lambda_returns, (rows, seq_len)
-        # ragged steps below 12288 rows: the pairs, masked at launch; from 12288 rows the plans of before
-        assert plans(10240, 520)["vtrace"] == (32, 64, 4, 2, True, False)
-        assert plans(12352, 520)["vtrace"] == plans(12352, 520)["vtrace"][:4] + (False, False)
-        # lambda-returns from 32768 rows keep the halved tiles of narrow_many_rows, with maps and masks
-        assert plans(32768, 512)["lambda"] == (64, 32, 2, 4, False, False)
-        assert plans(32768, 512)["vtrace"] == fours
-    finally:
-        _launch._default_plan.cache_clear()
+    narrow_pairs, fours = (32, 64, 4, 2, True, True), (64, 64, 4, 4, True, True)
+    maps = (32, 128, 8, 2, False, False)
+    for rows, seq_len, vtrace, lambda_returns in (
+            (4096, 4096, maps, (32, 128, 8, 2, True, True)), (4224, 512, maps, (32, 128, 8, 2, True, True)),
+            (4256, 2048, narrow_pairs, narrow_pairs), (10176, 2048, narrow_pairs, narrow_pairs),
+            (10240, 2048, fours, fours), (12288, 512, fours, fours), (16320, 4096, fours, fours),
+            (24576, 512, fours, fours)):
+        found = plans(rows, seq_len)
+        assert found["vtrace"] == vtrace, (rows, seq_len)
+        assert found["lambda"] == lambda_returns, (rows, seq_len)
+    # ragged steps below 12288 rows: the pairs, masked at launch; from 12288 rows the plans of before
+    assert plans(10240, 520)["vtrace"] == (32, 64, 4, 2, True, False)
+    assert plans(12352, 520)["vtrace"][4:] == (False, False)
+    # lambda-returns from 32768 rows keep the halved tiles of narrow_many_rows, with maps and masks
+    found = plans(32768, 512)
+    assert found["lambda"] == (64, 32, 2, 4, False, False)
+    assert found["vtrace"] == fours
 
 
 def test_time_major_strided_groups_walk_tiles_of_64_steps_and_split_chunks_step_by_step():
