@@ -80,7 +80,7 @@ def test_time_major_tiles_of_many_rows_by_kernel(monkeypatch):
                 fewer[:, 0]) == (32, 64, 8, True)
 
 
-def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeypatch):
+def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeypatch, fresh_plans):
     """Below 8192 rows (lambda-returns: 4096) tiles of 16 rows: twice the programs of 32-row tiles, with
     16 warps (V-trace 8) where one program per multiprocessor covers the rows and half as many where
     more programs than multiprocessors share them (but where 32-row tiles make one program per
@@ -88,8 +88,7 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
     4096 rows 32 x 64 x 8 (at 2113-2815 rows, and at 3072-4095 rows of at least 16384 steps, 32 x 128 x 8 in row
     pairs), of at least 1536 steps of GAE with truncations from 3072 rows 32 x 128 x 8 in row pairs, and
     lambda-returns at 2048-4095 rows 32 x 128 x 8 in row pairs); fewer than 2048 rows split time."""
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200
+    plan_for_gpu(monkeypatch)  # an H100
 
     def tile(launcher, *inputs):
         seen = recorded_meta(monkeypatch, launcher, *inputs)
@@ -111,65 +110,60 @@ def test_time_major_strided_tiles_of_fewer_rows_fill_the_multiprocessors(monkeyp
             "episodic": tile(_launch.episodic_scan, out, x, flags, None, 0.9, True),
         }
 
-    try:
-        wide, narrow = (32, 64, 8, 1), {"gae": (16, 128, 8, 1), "vtrace": (16, 64, 4, 1)}
-        # 6144 rows: 384 programs of 16 rows would not fit two to a multiprocessor; 4256: 266 of them (and 133 of
-        # 32 rows, more than one per multiprocessor)
-        for rows in (4256, 6144, 8192, 16383):
-            assert set(calls(rows).values()) == {wide}
-        # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; up to 4224 rows
-        # 32-row tiles make one program per multiprocessor
-        for rows in (4224, 4096, 3072):
-            # GAE from 2113 rows, with truncations from 3072, V-trace from 4096, lambda-returns below 4096
-            one_wave = {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2),
-                        "vtrace": (32, 64, 8, 1) if rows >= 4096 else narrow["vtrace"],
-                        "lambda": wide if rows >= 4096 else (32, 128, 8, 2)}
-            assert calls(rows) == {**one_wave, "discounted": narrow["gae"], "episodic": narrow["gae"]}, rows
-            # shorter rows read faster in 16-row tiles: GAE and V-trace below 2048 steps, with truncations
-            # below 1536 (lambda-returns keep their tiles)
-            assert calls(rows, 2048) == calls(rows), rows
-            assert calls(rows, 1536) == {**calls(rows), "gae": narrow["gae"], "vtrace": narrow["vtrace"]}, rows
-            assert calls(rows, 1024) == {**calls(rows, 1536), "gae+trunc": narrow["gae"]}, rows
-        # 2048 rows: 128 programs of 16 rows, one per multiprocessor; lambda-returns in 64 of 32 rows in pairs
-        assert calls(2048) == {"gae": (16, 256, 16, 1), "gae+trunc": (16, 256, 16, 1), "vtrace": (16, 128, 8, 1),
-                               "discounted": (16, 256, 16, 1), "lambda": (32, 128, 8, 2),
-                               "episodic": (16, 256, 16, 1)}
-        assert {plan[0] for plan in calls(2047).values()} == {"split"}
-        # GAE from 2113 rows, more than 16-row tiles cover with one program per multiprocessor: 32-row tiles
-        assert calls(2112)["gae"] == (16, 256, 16, 1)
-        assert calls(2176)["gae"] == (32, 256, 16, 1)
-        assert calls(2176, 1536)["gae"] == narrow["gae"]
-        # V-trace at 2113-2815 rows of at least 2048 steps in 32-row pairs
-        assert calls(2112)["vtrace"] == (16, 128, 8, 1)
-        for rows in (2176, 2560, 2808):
-            assert calls(rows)["vtrace"] == calls(rows, 2048)["vtrace"] == (32, 128, 8, 2), rows
-            assert calls(rows, 1536)["vtrace"] != (32, 128, 8, 2), rows
-        assert calls(2816)["vtrace"] == narrow["vtrace"]
-        # and at 3072-4095 rows of at least 16384 steps
-        for rows in (3072, 4088):
-            assert calls(rows, 16384)["vtrace"] == (32, 128, 8, 2), rows
-            assert calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
-        assert calls(4096, 16384)["vtrace"] == wide
-        # V-trace at 4096-4224 rows where the memory's peak bandwidth per multiprocessor passes 30 GB/s (an H200:
-        # 36.5; an H100: 25): 16-row tiles below 16384 steps, 32 x 128 x 8 pairs from 16384
-        _launch._default_plan.cache_clear()
-        monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 37.0)
-        for rows in (4096, 4224):
-            assert calls(rows)["vtrace"] == calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
-            assert calls(rows, 16384)["vtrace"] == (32, 128, 8, 2), rows
-            assert calls(rows) == {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2), "vtrace": narrow["vtrace"],
-                                   "lambda": wide, "discounted": narrow["gae"], "episodic": narrow["gae"]}, rows
-        assert calls(3072, 16384)["vtrace"] == (32, 128, 8, 2)
-        _launch._default_plan.cache_clear()
-        monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)
-        assert calls(4096)["vtrace"] == calls(4096, 16384)["vtrace"] == wide
-        # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles
-        for rows, seq_len, expected in ((3000, 4095, (16, 128, 4)), (4096, 4095, (32, 64, 8))):
-            x = torch.zeros(seq_len, rows).t()
-            seen = recorded_meta(monkeypatch, _launch.gae, x, x, x, x, None, 0.99, 0.95, None, x[:, 0])
-            assert (seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]) == expected
-    finally:
-        _launch._default_plan.cache_clear()
+    wide, narrow = (32, 64, 8, 1), {"gae": (16, 128, 8, 1), "vtrace": (16, 64, 4, 1)}
+    # 6144 rows: 384 programs of 16 rows would not fit two to a multiprocessor; 4256: 266 of them (and 133 of
+    # 32 rows, more than one per multiprocessor)
+    for rows in (4256, 6144, 8192, 16383):
+        assert set(calls(rows).values()) == {wide}
+    # 4096 and 3072 rows: 256 and 192 programs of 16 rows, more than 132 multiprocessors; up to 4224 rows
+    # 32-row tiles make one program per multiprocessor
+    for rows in (4224, 4096, 3072):
+        # GAE from 2113 rows, with truncations from 3072, V-trace from 4096, lambda-returns below 4096
+        one_wave = {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2),
+                    "vtrace": (32, 64, 8, 1) if rows >= 4096 else narrow["vtrace"],
+                    "lambda": wide if rows >= 4096 else (32, 128, 8, 2)}
+        assert calls(rows) == {**one_wave, "discounted": narrow["gae"], "episodic": narrow["gae"]}, rows
+        # shorter rows read faster in 16-row tiles: GAE and V-trace below 2048 steps, with truncations
+        # below 1536 (lambda-returns keep their tiles)
+        assert calls(rows, 2048) == calls(rows), rows
+        assert calls(rows, 1536) == {**calls(rows), "gae": narrow["gae"], "vtrace": narrow["vtrace"]}, rows
+        assert calls(rows, 1024) == {**calls(rows, 1536), "gae+trunc": narrow["gae"]}, rows
+    # 2048 rows: 128 programs of 16 rows, one per multiprocessor; lambda-returns in 64 of 32 rows in pairs
+    assert calls(2048) == {"gae": (16, 256, 16, 1), "gae+trunc": (16, 256, 16, 1), "vtrace": (16, 128, 8, 1),
+                           "discounted": (16, 256, 16, 1), "lambda": (32, 128, 8, 2),
+                           "episodic": (16, 256, 16, 1)}
+    assert {plan[0] for plan in calls(2047).values()} == {"split"}
+    # GAE from 2113 rows, more than 16-row tiles cover with one program per multiprocessor: 32-row tiles
+    assert calls(2112)["gae"] == (16, 256, 16, 1)
+    assert calls(2176)["gae"] == (32, 256, 16, 1)
+    assert calls(2176, 1536)["gae"] == narrow["gae"]
+    # V-trace at 2113-2815 rows of at least 2048 steps in 32-row pairs
+    assert calls(2112)["vtrace"] == (16, 128, 8, 1)
+    for rows in (2176, 2560, 2808):
+        assert calls(rows)["vtrace"] == calls(rows, 2048)["vtrace"] == (32, 128, 8, 2), rows
+        assert calls(rows, 1536)["vtrace"] != (32, 128, 8, 2), rows
+    assert calls(2816)["vtrace"] == narrow["vtrace"]
+    # and at 3072-4095 rows of at least 16384 steps
+    for rows in (3072, 4088):
+        assert calls(rows, 16384)["vtrace"] == (32, 128, 8, 2), rows
+        assert calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
+    assert calls(4096, 16384)["vtrace"] == wide
+    # V-trace at 4096-4224 rows where the memory's peak bandwidth per multiprocessor passes 30 GB/s (an H200:
+    # 36.5; an H100: 25): 16-row tiles below 16384 steps, 32 x 128 x 8 pairs from 16384
+    plan_for_gpu(monkeypatch, 37.0)
+    for rows in (4096, 4224):
+        assert calls(rows)["vtrace"] == calls(rows, 8192)["vtrace"] == narrow["vtrace"], rows
+        assert calls(rows, 16384)["vtrace"] == (32, 128, 8, 2), rows
+        assert calls(rows) == {"gae": (32, 256, 16, 1), "gae+trunc": (32, 128, 8, 2), "vtrace": narrow["vtrace"],
+                               "lambda": wide, "discounted": narrow["gae"], "episodic": narrow["gae"]}, rows
+    assert calls(3072, 16384)["vtrace"] == (32, 128, 8, 2)
+    plan_for_gpu(monkeypatch, 25.0)
+    assert calls(4096)["vtrace"] == calls(4096, 16384)["vtrace"] == wide
+    # rows of no whole number of groups, read step by step, keep the tiles they had before 16-row tiles
+    for rows, seq_len, expected in ((3000, 4095, (16, 128, 4)), (4096, 4095, (32, 64, 8))):
+        x = torch.zeros(seq_len, rows).t()
+        seen = recorded_meta(monkeypatch, _launch.gae, x, x, x, x, None, 0.99, 0.95, None, x[:, 0])
+        assert (seen["BLOCK_ROWS"], seen["BLOCK_TIME"], seen["num_warps"]) == expected
 
 
 def test_one_wave_tiles_take_the_first_rule_that_fits():
@@ -211,15 +205,20 @@ def fresh_plans():
     _launch._default_plan.cache_clear()
 
 
+def plan_for_gpu(monkeypatch, dram_gbps_per_multiprocessor: float = 25.0, multiprocessors: int = 132) -> None:
+    """Plans made from here on are made afresh for a GPU of that many multiprocessors (132: an H100 or an H200)
+    and that peak memory bandwidth per multiprocessor (GB/s; an H100: 25.4, an H200: 36.5)."""
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: multiprocessors)
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
+
+
 def bf16_time_major_plans(monkeypatch, rows: int, seq_len: int = 4096,
                           dram_gbps_per_multiprocessor: float = 25.0) -> dict[str, tuple]:
     """(rows, steps, warps, rows per thread, direct, whole tiles) of each strided estimator's call on bf16 values
     with uint8 flags stored [T, N] of ``rows`` rows of ``seq_len`` steps, planned afresh for a GPU of 132
-    multiprocessors (an H100 or an H200) and that peak memory bandwidth per multiprocessor (GB/s; an H100: 25.4,
-    an H200: 36.5)."""
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)
-    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
+    multiprocessors and that peak memory bandwidth per multiprocessor (``plan_for_gpu``)."""
+    plan_for_gpu(monkeypatch, dram_gbps_per_multiprocessor)
 
     def tile(launcher, *inputs):
         seen = recorded_meta(monkeypatch, launcher, *inputs)
@@ -692,14 +691,12 @@ def test_only_retrace_programs_can_skip_loading_ahead(monkeypatch):
     assert retrace_launch_meta(monkeypatch, 4)["PREFETCH"]
 
 
-def test_row_pairs_where_the_plan_takes_them(monkeypatch):
+def test_row_pairs_where_the_plan_takes_them(monkeypatch, fresh_plans):
     """Two neighbouring rows per thread (STRIDED_GROUPS = 2) for 2-byte steps from 3072 rows, V-trace of
     float32 steps from 16384 rows, GAE with truncations of float32 steps at 3072-4224 rows (of at least 1536
     steps), lambda-returns of float32 steps at 2048-4095 rows and walks of float32 eligibility traces and prefix
     sums; one row per thread elsewhere, and wherever a tensor of the launch has rows that do not pair up."""
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H200 or an H100
-    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)  # an H100
+    plan_for_gpu(monkeypatch)  # an H100
 
     def plan(launcher, *inputs):
         seen = {}
@@ -724,59 +721,56 @@ def test_row_pairs_where_the_plan_takes_them(monkeypatch):
             "episodic": plan(_launch.episodic_scan, out, x, done, None, 0.9, True),
         }
 
-    try:
-        low = {"values": torch.bfloat16, "flags": torch.uint8}
-        at_8192 = calls(8192, 2048, **low)
-        assert at_8192.pop("vtrace") == at_8192.pop("lambda") == (32, 64, 4, 2, (256,))
-        for name, got in at_8192.items():
-            assert got == (32, 128, 8, 2, (256,)), name
-        # 4096 rows: one program of 32 rows in pairs per multiprocessor (test_time_major_bf16_tiles_of_one_wave_...)
-        at_4096 = calls(4096, 4096, **low)
-        assert at_4096["gae"] == at_4096["episodic"] == (32, 256, 16, 2, (128,))
-        assert at_4096["vtrace"] == at_4096["lambda"] == (32, 128, 8, 2, (128,))
-        x, done = stored(4096, 4096, torch.bfloat16), stored(4096, 4096, torch.uint8)
-        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
-        at_16384 = calls(16384, 512, **low)
-        assert at_16384.pop("lambda") == at_16384.pop("vtrace") == (64, 64, 4, 4, (256,))
-        for name, got in at_16384.items():
-            assert got == (32, 64, 4, 2, (512,)), name
-        # GAE with truncations and lambda-returns: four rows per thread from 16384 rows, half the steps
-        # and warps from 32768
-        x, done = stored(16384, 512, torch.bfloat16), stored(16384, 512, torch.uint8)
-        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (64, 64, 4, 4, (256,))
-        assert calls(32768, 256, **low)["lambda"] == (64, 32, 2, 4, (512,))
-        x, done = stored(32768, 256, torch.bfloat16), stored(32768, 256, torch.uint8)
-        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (64, 32, 2, 4, (512,))
-        # a time stride of 2 mod 4 (the first 16384 envs of a [T, 16386] buffer): pairs in the same tiles
-        wide = torch.zeros(512, 16386, dtype=torch.uint8)[:, :16384].t()
-        x = torch.zeros(512, 16386, dtype=torch.bfloat16)[:, :16384].t()
-        assert plan(_launch.returns, x, x, x, wide, wide, 0.99, 0.95, x) == (64, 64, 4, 2, (256,))
-        # 2048 rows: tiles of 16 rows, one row per thread
-        assert {got[0] for got in calls(2048, 4096, **low).values()} == {16}
-        assert {got[3] for got in calls(2048, 4096, **low).values()} == {True}
-        # bf16 values with float32 flags: 4-byte steps (GAE without truncations: one program of 32 x 256
-        # per multiprocessor)
-        assert calls(4096, 4096, values=torch.bfloat16)["gae"] == (32, 256, 16, True, (128,))
-        assert calls(4096, 4096, values=torch.bfloat16)["vtrace"] == (32, 64, 8, True, (128,))
-        # 4104 rows do not pair up (not a multiple of 16): the planned tile, one row per thread
-        assert calls(4104, 4096, **low)["gae"][3] is True
-        # float32: V-trace from 16384 rows in pairs of 64 x 32 x 4, the others one row per thread
-        many = calls(16384, 512)
-        assert many["vtrace"] == (64, 32, 4, 2, (256,))
-        assert many["gae"] == (32, 32, 4, True, (512,))
-        # float32 GAE with truncations at 4096 rows: one program of 32 x 128 x 8 pairs per multiprocessor
-        x, done = stored(4096, 4096), stored(4096, 4096)
-        assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
-        # float32 lambda-returns at 3072 rows: one program of 32 x 128 x 8 pairs per multiprocessor, 96 in all
-        assert calls(3072, 4096)["lambda"] == (32, 128, 8, 2, (96,))
-        # walks of 64 rows: eligibility traces in pairs, 32 x 128 x 8, two programs per multiprocessor
-        walks = calls(64, 1 << 18)
-        assert walks["episodic"][:4] == (32, 128, 8, 2)
-        # 2 row tiles x 132 segments of 2048 chunks: 16 chunks each, 128 segments
-        assert walks["episodic"][4] == (2 * 128,)
-        assert walks["gae"][:4] == (32, 64, 8, True)
-    finally:
-        _launch._default_plan.cache_clear()
+    low = {"values": torch.bfloat16, "flags": torch.uint8}
+    at_8192 = calls(8192, 2048, **low)
+    assert at_8192.pop("vtrace") == at_8192.pop("lambda") == (32, 64, 4, 2, (256,))
+    for name, got in at_8192.items():
+        assert got == (32, 128, 8, 2, (256,)), name
+    # 4096 rows: one program of 32 rows in pairs per multiprocessor (test_time_major_bf16_tiles_of_one_wave_...)
+    at_4096 = calls(4096, 4096, **low)
+    assert at_4096["gae"] == at_4096["episodic"] == (32, 256, 16, 2, (128,))
+    assert at_4096["vtrace"] == at_4096["lambda"] == (32, 128, 8, 2, (128,))
+    x, done = stored(4096, 4096, torch.bfloat16), stored(4096, 4096, torch.uint8)
+    assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
+    at_16384 = calls(16384, 512, **low)
+    assert at_16384.pop("lambda") == at_16384.pop("vtrace") == (64, 64, 4, 4, (256,))
+    for name, got in at_16384.items():
+        assert got == (32, 64, 4, 2, (512,)), name
+    # GAE with truncations and lambda-returns: four rows per thread from 16384 rows, half the steps
+    # and warps from 32768
+    x, done = stored(16384, 512, torch.bfloat16), stored(16384, 512, torch.uint8)
+    assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (64, 64, 4, 4, (256,))
+    assert calls(32768, 256, **low)["lambda"] == (64, 32, 2, 4, (512,))
+    x, done = stored(32768, 256, torch.bfloat16), stored(32768, 256, torch.uint8)
+    assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (64, 32, 2, 4, (512,))
+    # a time stride of 2 mod 4 (the first 16384 envs of a [T, 16386] buffer): pairs in the same tiles
+    wide = torch.zeros(512, 16386, dtype=torch.uint8)[:, :16384].t()
+    x = torch.zeros(512, 16386, dtype=torch.bfloat16)[:, :16384].t()
+    assert plan(_launch.returns, x, x, x, wide, wide, 0.99, 0.95, x) == (64, 64, 4, 2, (256,))
+    # 2048 rows: tiles of 16 rows, one row per thread
+    assert {got[0] for got in calls(2048, 4096, **low).values()} == {16}
+    assert {got[3] for got in calls(2048, 4096, **low).values()} == {True}
+    # bf16 values with float32 flags: 4-byte steps (GAE without truncations: one program of 32 x 256
+    # per multiprocessor)
+    assert calls(4096, 4096, values=torch.bfloat16)["gae"] == (32, 256, 16, True, (128,))
+    assert calls(4096, 4096, values=torch.bfloat16)["vtrace"] == (32, 64, 8, True, (128,))
+    # 4104 rows do not pair up (not a multiple of 16): the planned tile, one row per thread
+    assert calls(4104, 4096, **low)["gae"][3] is True
+    # float32: V-trace from 16384 rows in pairs of 64 x 32 x 4, the others one row per thread
+    many = calls(16384, 512)
+    assert many["vtrace"] == (64, 32, 4, 2, (256,))
+    assert many["gae"] == (32, 32, 4, True, (512,))
+    # float32 GAE with truncations at 4096 rows: one program of 32 x 128 x 8 pairs per multiprocessor
+    x, done = stored(4096, 4096), stored(4096, 4096)
+    assert plan(_launch.gae, x, x, x, done, done, 0.99, 0.95, x, None) == (32, 128, 8, 2, (128,))
+    # float32 lambda-returns at 3072 rows: one program of 32 x 128 x 8 pairs per multiprocessor, 96 in all
+    assert calls(3072, 4096)["lambda"] == (32, 128, 8, 2, (96,))
+    # walks of 64 rows: eligibility traces in pairs, 32 x 128 x 8, two programs per multiprocessor
+    walks = calls(64, 1 << 18)
+    assert walks["episodic"][:4] == (32, 128, 8, 2)
+    # 2 row tiles x 132 segments of 2048 chunks: 16 chunks each, 128 segments
+    assert walks["episodic"][4] == (2 * 128,)
+    assert walks["gae"][:4] == (32, 64, 8, True)
 
 
 def test_memory_bandwidth_per_multiprocessor_from_the_driver(monkeypatch):
