@@ -95,8 +95,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--shard takes K/N with 1 <= K <= N, not {shard!r}")
     index, count = int(match[1]) - 1, int(match[2])
     # interleaved rather than in blocks: the parametrised cases of one slow test spread over all shares
-    kept = [item for position, item in enumerate(items) if position % count == index]
-    deselected = [item for position, item in enumerate(items) if position % count != index]
+    kept, deselected = [], []
+    for position, item in enumerate(items):
+        (kept if position % count == index else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     items[:] = kept
@@ -468,6 +469,18 @@ def plans_for_multiprocessors(monkeypatch: pytest.MonkeyPatch, count: int):
     monkeypatch.setattr(_launch, "_multiprocessors", lambda device: count)
     yield
     _launch._default_plan.cache_clear()
+
+
+def plan_for_gpu(monkeypatch: pytest.MonkeyPatch, dram_gbps_per_multiprocessor: float = 25.0,
+                 multiprocessors: int = 132) -> None:
+    """Plans made from here on are made afresh for a GPU of that many multiprocessors (132: an H100 or an H200)
+    and that peak memory bandwidth per multiprocessor (GB/s; an H100: 25.4, an H200: 36.5). The caller empties
+    the plan cache after (``fresh_plans`` in tests/test_plans.py, ``four_multiprocessors``)."""
+    from rl_triton import _launch
+
+    _launch._default_plan.cache_clear()
+    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: multiprocessors)
+    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import types
 import pytest
 import torch
 
+from conftest import plan_for_gpu
 from rl_triton import _launch
 
 CPU = torch.device("cpu")  # planned as a GPU of 4 multiprocessors
@@ -203,14 +204,6 @@ def fresh_plans():
     _launch._default_plan.cache_clear()
     yield
     _launch._default_plan.cache_clear()
-
-
-def plan_for_gpu(monkeypatch, dram_gbps_per_multiprocessor: float = 25.0, multiprocessors: int = 132) -> None:
-    """Plans made from here on are made afresh for a GPU of that many multiprocessors (132: an H100 or an H200)
-    and that peak memory bandwidth per multiprocessor (GB/s; an H100: 25.4, an H200: 36.5)."""
-    _launch._default_plan.cache_clear()
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: multiprocessors)
-    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: dram_gbps_per_multiprocessor)
 
 
 def bf16_time_major_plans(monkeypatch, rows: int, seq_len: int = 4096,

@@ -14,7 +14,7 @@ step (``last_value``) and the flag before its first (``"ends_at"`` resets) come 
 import pytest
 import torch
 
-from conftest import HALF_TOLERANCE, TOLERANCE, assert_outputs_rel
+from conftest import HALF_TOLERANCE, TOLERANCE, assert_outputs_rel, plan_for_gpu
 from rl_triton import _launch
 from test_direct import NAMES, TIME_MAJOR
 from test_plans import recorded_meta
@@ -101,9 +101,7 @@ def vtrace_meta(monkeypatch, rows, steps, dtype, time_major):
 
 def test_default_plans_take_whole_tiles_where_measured(monkeypatch):
     bf16, f32 = torch.bfloat16, torch.float32
-    _launch._default_plan.cache_clear()  # four_multiprocessors clears it again after
-    monkeypatch.setattr(_launch, "_multiprocessors", lambda device: 132)  # an H100
-    monkeypatch.setattr(_launch, "_dram_gbps_per_multiprocessor", lambda device: 25.0)
+    plan_for_gpu(monkeypatch)  # an H100; four_multiprocessors empties the plan cache after
     # bf16 values stored [T, N] from 4096 to 16383 rows, but V-trace's at 4096 (one program of 32-row pairs per
     # multiprocessor)
     assert gae_meta(monkeypatch, 4096, 128, bf16, True)["WHOLE_TILES"] is True
