@@ -242,6 +242,9 @@ class StridedTimeMajor:
     # (rows, steps, warps) of the tiles in row pairs above those of narrow_one_wave_tile, below
     # narrow_direct_pairs_end rows; None: _PAIRED_NARROW_TILE
     narrow_direct_pairs_tile: tuple[int, int, int] | None = None
+    # (rows, steps, warps) of the tiles in row pairs that take the place of narrow_direct_pairs_tile where they make
+    # two programs per multiprocessor at most; None: narrow_direct_pairs_tile throughout
+    narrow_two_wave_pairs_tile: tuple[int, int, int] | None = None
     # (rows, steps, warps, rows per thread) of the tiles of 2-byte steps of calls of whole_many_rows_range rows
     # [first, end) whose rows and steps fill whole tiles, which recur by direct scans without in-range masks
     # (before the row pairs above); None: the tiles of those calls' other rules
@@ -277,8 +280,9 @@ class StridedTimeMajor:
         of a call of 2-byte steps in whole groups: ``whole_many_rows`` where the call's rows (in
         ``whole_many_rows_range``) and steps fill its tiles; else from ``_NARROW_ONE_WAVE_MIN_ROWS`` rows below
         ``narrow_direct_pairs_end``, row pairs of ``narrow_one_wave_tile`` up to as many rows as it covers with
-        one program per multiprocessor (below ``narrow_one_wave_end`` rows), of ``narrow_direct_pairs_tile``
-        above. None for other calls."""
+        one program per multiprocessor (below ``narrow_one_wave_end`` rows), of ``narrow_two_wave_pairs_tile``
+        above up to as many as it covers with two, of ``narrow_direct_pairs_tile`` above those. None for other
+        calls."""
         if not whole_groups or element_bytes != 2:
             return None
         whole, (first, end) = self.whole_many_rows, self.whole_many_rows_range
@@ -287,6 +291,9 @@ class StridedTimeMajor:
             return whole
         if self.narrow_one_wave_tile is not None and _NARROW_ONE_WAVE_MIN_ROWS <= num_rows < self.narrow_direct_pairs_end:
             if triton.cdiv(num_rows, self.narrow_one_wave_tile[0]) > multiprocessors:
+                two_wave = self.narrow_two_wave_pairs_tile
+                if two_wave is not None and triton.cdiv(num_rows, two_wave[0]) <= 2 * multiprocessors:
+                    return *two_wave, 2
                 return *(self.narrow_direct_pairs_tile or _PAIRED_NARROW_TILE), 2
             if num_rows < self.narrow_one_wave_end:
                 return *self.narrow_one_wave_tile, 2
@@ -464,11 +471,11 @@ _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
 # read V-trace's 32 x 64 x 8 at 82.3 against 91.0 in 16-row tiles, before whole tiles and direct scans.)
 # Discounted returns and the episodic scans read 90-94 in 16-row tiles at 4096x4096 and 86-88 at 4096x16384, in
 # 32 x 256 x 16 90.2-90.4 and 96.1-96.4: both within 10% of batch-major, so they keep their tiles.
-GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
-                                                       narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-                                                       one_wave=(OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 1 << 31), 1536),),
-                                                       narrow_one_wave_tile=_PAIRED_NARROW_TILE,
-                                                       direct_rows=((8192, _DIRECT_MAX_ROWS), None))
+_GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR,
+                                                        narrow_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
+                                                        one_wave=(OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 1 << 31), 1536),),
+                                                        narrow_one_wave_tile=_PAIRED_NARROW_TILE,
+                                                        direct_rows=((8192, _DIRECT_MAX_ROWS), None))
 # lambda-returns keep 32-row tiles from 4096 rows (see above). Float32 steps of 2048-4095 rows read less the longer
 # the rows in 16-row tiles; in 32 x 128 x 8 pairs, one program per multiprocessor, they hold their pace. On an H100,
 # % of the copy ceiling, 2-3 input sets (benchmarks/results/h100-2026-12-06-run59-one-wave-ab.txt, 16-row tiles ->
@@ -511,10 +518,37 @@ LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(
 # 4096x1024 90.9 -> 90.0). GAE takes them from 2113 rows, more than 16-row tiles cover in one program per
 # multiprocessor on 132 (-run59-gae-from-2113-ab.txt, 3 input sets, two turns: 2176x2048 / 4096 / 16384 63.9 /
 # 68.4 / 72.8 -> 68.8 / 74.9 / 80.2, 2816x4096 / 16384 80.6 / 81.9 -> 86.8 / 92.6; 2304x1024 61.6 either way).
-GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
-                                             one_wave=(OneWaveTile((*_ONE_WAVE_16_WARPS, 1), (2113, 1 << 31), 2048),),
-                                             narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
-                                             direct_rows=((4096, _DIRECT_MAX_ROWS), None))
+_GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_min_rows=4096,
+                                              one_wave=(OneWaveTile((*_ONE_WAVE_16_WARPS, 1), (2113, 1 << 31), 2048),),
+                                              narrow_one_wave_tile=_ONE_WAVE_16_WARPS,
+                                              direct_rows=((4096, _DIRECT_MAX_ROWS), None))
+# GAE's 2-byte steps from 4225 to 16383 rows (with and without truncations) are read in 32 x 128 x 8 pairs, direct
+# and whole; those make two programs per multiprocessor at most up to 8448 rows on 132, and a second, ragged wave
+# of them above. There 32 x 64 x 4 pairs read more (both direct and whole), two
+# passes, % of the copy ceiling (benchmarks/results/h100-2026-12-07-run67-gae-bf16-tiles.txt, tune.py, the plan ->
+# 32 x 64 x 4 pairs | 64 x 64 x 4 of four rows per thread):
+# - without truncations, 9216x1024 / 10240x2048 / 12288x2048 / 14336x2048 67.0 / 72.1 / 82.0 / 87.6 -> 77.1 / 85.6 /
+#   91.7 / 91.7 | 68.8 / 76.7 / 83.1 / 89.9; below, the plan leads (6144x2048 / 8192x512 / 8192x2048 85.5 / 89.1 /
+#   88.8 -> 70.3 / 80.2 / 79.7), and at 16384x512 and 20480x512 (other tiles) all are within 1.3;
+# - with truncations, 9216x1024 / 9216x2048 / 10240x2048 / 11264x1024 / 12288x512 / 12288x2048 65.3 / 66.4 / 70.7 /
+#   73.7 / 71.3 / 76.3 -> 80.4 / 84.9 / 88.1 / 86.2 / 81.3 / 89.7 | 66.9 / 69.2 / 72.9 / 74.5 / 72.9 / 79.7, but at
+#   13312x2048 / 14336x2048 77.2 / 77.7 -> 81.2 / 75.5 | 82.2 / 85.0; 8192x2048 82.0 -> 82.4 | 67.3, and below the plan
+#   leads (6144x2048 / 8192x512 76.7 / 75.9 -> 69.5 / 71.2).
+# So on GPUs of slower memory GAE takes 32 x 64 x 4 pairs, direct and whole, above the rows 32 x 128 x 8 pairs cover
+# in two programs per multiprocessor, to 16383 rows; with truncations to 13311, and 64 x 64 x 4 direct and whole from
+# 13312 to 16383 where the rows and steps fill whole tiles. The H200 keeps its plans (not measured there).
+# Against the plans of before on an H100 (benchmarks/results/h100-2026-12-07-run68-gae-slow-memory-ab.txt, one turn):
+# GAE 9216x1024 / 10240x2048 / 12288x2048 / 14336x2048 67.2 / 72.4 / 82.3 / 88.1 -> 77.8 / 86.1 / 92.0 / 92.0, with
+# truncations 65.7 / 71.1 / 76.6 / 78.3 -> 81.0 / 88.4 / 89.9 / 85.4; within 1 at 8192, 8448 and 16384 rows.
+GAE_STRIDED_TIME_MAJOR = dataclasses.replace(
+    _GAE_STRIDED_TIME_MAJOR, narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE,
+    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
+    fast_memory=_GAE_STRIDED_TIME_MAJOR)
+GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(
+    _GAE_TRUNCATED_STRIDED_TIME_MAJOR, narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE,
+    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, narrow_direct_pairs_end=13312,
+    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS, whole_many_rows_range=(13312, _TIME_MAJOR_MANY_ROWS),
+    fast_memory=_GAE_TRUNCATED_STRIDED_TIME_MAJOR)
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
 # 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
