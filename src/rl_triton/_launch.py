@@ -460,6 +460,17 @@ EPISODIC_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_wal
 # (63.9 -> 46.9), eligibility traces and prefix sums (52 -> 45) lost too; at 4096-8192 rows every
 # estimator lost 13-45 points (64 programs of 64 rows at 4096).
 _FOUR_ROWS_NARROW_MANY_ROWS = (64, 64, 4, 4)
+
+
+def _with_direct_narrow_tiles(plan: StridedTimeMajor, pairs_end: int, whole_rows: tuple[int, int] | None,
+                              **changes: object) -> StridedTimeMajor:
+    """``plan`` with its 2-byte steps read by direct scans in 32 x 64 x 4 row pairs below ``pairs_end`` rows and,
+    for calls of ``whole_rows`` rows [first, end) (None: none), in 64 x 64 x 4 tiles of four rows per thread
+    where the rows and steps fill whole tiles; ``changes``: its other changed fields."""
+    if whole_rows is not None:
+        changes.update(whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS, whole_many_rows_range=whole_rows)
+    return dataclasses.replace(plan, narrow_direct_pairs_end=pairs_end,
+                               narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, **changes)
 # Float32 steps [T, N] of 4096 rows in 16-row tiles (256 programs, two per multiprocessor) read less the longer
 # the rows: on an H100, % of the copy ceiling, 2 input sets (benchmarks/results/h100-2026-12-06-run58-layout-ratios.txt,
 # 4096x2048 / 4096 / 8192 / 16384), GAE with truncations 90.0 / 86.1 / 79.2 / 75.4, V-trace 93.5 / 88.7 / 87.5 /
@@ -499,12 +510,9 @@ _LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, full_tile_r
 # memory take 32 x 64 x 4 pairs to 12287 rows and 64 x 64 x 4 from 10240 to 32767 where whole; in turns against the
 # plans of before (-run66-slow-memory-ab.txt) 4608x2048 / 8192x2048 / 12288x2048 / 14336x2048 / 20480x512: 58.5 / 80.5 /
 # 73.0 / 75.4 / 74.9 -> 66.3 / 88.6 / 92.8 / 92.5 / 85.4.
-LAMBDA_STRIDED_TIME_MAJOR = dataclasses.replace(
-    _LAMBDA_STRIDED_TIME_MAJOR, narrow_direct_pairs_end=12288, narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
-    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS, whole_many_rows_range=(10240, 2 * _TIME_MAJOR_MANY_ROWS),
-    fast_memory=dataclasses.replace(_LAMBDA_STRIDED_TIME_MAJOR, narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
-                                    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
-                                    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS))
+LAMBDA_STRIDED_TIME_MAJOR = _with_direct_narrow_tiles(
+    _LAMBDA_STRIDED_TIME_MAJOR, 12288, (10240, 2 * _TIME_MAJOR_MANY_ROWS),
+    fast_memory=_with_direct_narrow_tiles(_LAMBDA_STRIDED_TIME_MAJOR, _TIME_MAJOR_MANY_ROWS, (_TIME_MAJOR_MANY_ROWS, 1 << 31)))
 # GAE without truncations of float32 steps at 4096x4096: 16-row tiles (8 warps, 256 programs) read 81.9%
 # of the copy ceiling on an H200, tiles of 32 rows x 256 steps with 16 warps (128 programs, one per
 # multiprocessor) 87.7% (-run29-wide-sweep.txt, 3 input sets, one run; with truncations they read 39.9%
@@ -540,15 +548,12 @@ _GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_
 # Against the plans of before on an H100 (benchmarks/results/h100-2026-12-07-run68-gae-slow-memory-ab.txt, one turn):
 # GAE 9216x1024 / 10240x2048 / 12288x2048 / 14336x2048 67.2 / 72.4 / 82.3 / 88.1 -> 77.8 / 86.1 / 92.0 / 92.0, with
 # truncations 65.7 / 71.1 / 76.6 / 78.3 -> 81.0 / 88.4 / 89.9 / 85.4; within 1 at 8192, 8448 and 16384 rows.
-GAE_STRIDED_TIME_MAJOR = dataclasses.replace(
-    _GAE_STRIDED_TIME_MAJOR, narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE,
-    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
+GAE_STRIDED_TIME_MAJOR = _with_direct_narrow_tiles(
+    _GAE_STRIDED_TIME_MAJOR, _TIME_MAJOR_MANY_ROWS, None, narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE,
     fast_memory=_GAE_STRIDED_TIME_MAJOR)
-GAE_TRUNCATED_STRIDED_TIME_MAJOR = dataclasses.replace(
-    _GAE_TRUNCATED_STRIDED_TIME_MAJOR, narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE,
-    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, narrow_direct_pairs_end=13312,
-    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS, whole_many_rows_range=(13312, _TIME_MAJOR_MANY_ROWS),
-    fast_memory=_GAE_TRUNCATED_STRIDED_TIME_MAJOR)
+GAE_TRUNCATED_STRIDED_TIME_MAJOR = _with_direct_narrow_tiles(
+    _GAE_TRUNCATED_STRIDED_TIME_MAJOR, 13312, (13312, _TIME_MAJOR_MANY_ROWS),
+    narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE, fast_memory=_GAE_TRUNCATED_STRIDED_TIME_MAJOR)
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
 # 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
@@ -594,14 +599,11 @@ _VTRACE_STRIDED_TIME_MAJOR = StridedTimeMajor(8, (32, 64, 8), (32, 64, 8), 8192,
                                                         OneWaveTile(_PAIRED_NARROW_PAIRS, (3072, 1 << 31), 16384)),
                                               narrow_one_wave_tile=_PAIRED_NARROW_TILE,
                                               narrow_direct_pairs_end=4096)
-VTRACE_STRIDED_TIME_MAJOR = dataclasses.replace(
-    _VTRACE_STRIDED_TIME_MAJOR, narrow_one_wave_end=4096, narrow_direct_pairs_end=12288,
-    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS,
-    whole_many_rows_range=(10240, 1 << 31),
-    fast_memory=dataclasses.replace(_VTRACE_STRIDED_TIME_MAJOR, one_wave=_VTRACE_STRIDED_TIME_MAJOR.one_wave[1:],
-                                    narrow_direct_pairs_end=_TIME_MAJOR_MANY_ROWS,
-                                    narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS,
-                                    whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS))
+VTRACE_STRIDED_TIME_MAJOR = _with_direct_narrow_tiles(
+    _VTRACE_STRIDED_TIME_MAJOR, 12288, (10240, 1 << 31), narrow_one_wave_end=4096,
+    fast_memory=_with_direct_narrow_tiles(_VTRACE_STRIDED_TIME_MAJOR, _TIME_MAJOR_MANY_ROWS,
+                                          (_TIME_MAJOR_MANY_ROWS, 1 << 31),
+                                          one_wave=_VTRACE_STRIDED_TIME_MAJOR.one_wave[1:]))
 _STRIDED_TILE_MIN_ROWS = 2048
 # Batch-major whole rows without in-range masks where the rows and steps fill whole tiles, against the same
 # tiles masked, on an H200, % of the copy ceiling at 16384x512 / 4096x4096, masked -> whole
