@@ -471,6 +471,8 @@ def _with_direct_narrow_tiles(plan: StridedTimeMajor, pairs_end: int, whole_rows
         changes.update(whole_many_rows=_FOUR_ROWS_NARROW_MANY_ROWS, whole_many_rows_range=whole_rows)
     return dataclasses.replace(plan, narrow_direct_pairs_end=pairs_end,
                                narrow_direct_pairs_tile=_PAIRED_NARROW_MANY_ROWS, **changes)
+
+
 # Float32 steps [T, N] of 4096 rows in 16-row tiles (256 programs, two per multiprocessor) read less the longer
 # the rows: on an H100, % of the copy ceiling, 2 input sets (benchmarks/results/h100-2026-12-06-run58-layout-ratios.txt,
 # 4096x2048 / 4096 / 8192 / 16384), GAE with truncations 90.0 / 86.1 / 79.2 / 75.4, V-trace 93.5 / 88.7 / 87.5 /
