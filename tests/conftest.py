@@ -416,6 +416,21 @@ class Rollout:
             setattr(copy, name, getattr(self, name).to(torch.float64))
         return copy
 
+    def row_blocks(self, max_elements: int) -> list[Rollout]:
+        """Copies of consecutive rows of a ``[rows, T]`` rollout, each of at most ``max_elements`` steps (at least
+        one row), in order; a rollout of several batch dims comes back whole."""
+        num_rows = self.batch[0]
+        block_rows = max(1, max_elements // self.seq_len)
+        if len(self.batch) != 1 or num_rows <= block_rows:
+            return [self]
+        blocks = []
+        for start in range(0, num_rows, block_rows):
+            block = self.map(lambda x, start=start: x[start:start + block_rows],
+                             fields=(*STEP_FIELDS, *FLAG_FIELDS, *ACTION_FIELDS, *ROW_FIELDS, "actions"))
+            block.batch = (block.rewards.shape[0],)
+            blocks.append(block)
+        return blocks
+
     def rows(self) -> Rollout:
         """A copy with the batch dims merged into one row dim ([rows, T]), as the oracle wants."""
         copy = object.__new__(Rollout)
@@ -504,6 +519,20 @@ def make_rollout(gen: torch.Generator):
         return Rollout(gen, batch, seq_len, **kwargs)
 
     return make
+
+
+# reserved GPU memory a test may leave cached for its worker's next tests
+CACHED_GPU_BYTES_KEPT = 2 << 30
+
+
+@pytest.fixture(autouse=True)
+def _release_cached_gpu_memory():
+    """After a test that left more than ``CACHED_GPU_BYTES_KEPT`` reserved in PyTorch's caching allocator, that
+    memory goes back to the GPU: pytest-xdist's workers share one GPU, and a worker that keeps a large case's
+    blocks cached runs the others out of memory."""
+    yield
+    if torch.cuda.is_initialized() and torch.cuda.memory_reserved() > CACHED_GPU_BYTES_KEPT:
+        torch.cuda.empty_cache()
 
 
 @pytest.fixture(autouse=True)
