@@ -131,6 +131,8 @@ STEP_FIELDS = (
 FLAG_FIELDS = ("terminateds", "truncateds", "dones")
 ACTION_FIELDS = ("probs_target", "next_q_values_all")
 ROW_FIELDS = ("last_value", "seed_values")
+# every field of a rollout
+ALL_FIELDS = (*STEP_FIELDS, *FLAG_FIELDS, *ACTION_FIELDS, *ROW_FIELDS, "actions")
 
 DTYPES = [pytest.param(torch.float32, id="f32"), pytest.param(torch.float64, id="f64")]
 
@@ -425,8 +427,7 @@ class Rollout:
             return [self]
         blocks = []
         for start in range(0, num_rows, block_rows):
-            block = self.map(lambda x, start=start: x[start:start + block_rows],
-                             fields=(*STEP_FIELDS, *FLAG_FIELDS, *ACTION_FIELDS, *ROW_FIELDS, "actions"))
+            block = self.map(lambda x, start=start: x[start:start + block_rows], fields=ALL_FIELDS)
             block.batch = (block.rewards.shape[0],)
             blocks.append(block)
         return blocks

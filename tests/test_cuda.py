@@ -10,10 +10,10 @@ import torch
 
 from conftest import (
     ACTION_FIELDS,
+    ALL_FIELDS,
     FLAG_FIELDS,
     HALF_TOLERANCE,
     HAS_CUDA,
-    ROW_FIELDS,
     STEP_FIELDS,
     TOLERANCE,
     Rollout,
@@ -402,7 +402,7 @@ def test_tensors_on_a_gpu_that_is_not_the_current_one(gen, estimator, rows, seq_
     # cuda:0 is current (a process that never called torch.cuda.set_device) run on cuda:1, leave cuda:0
     # current, and repeat (the first call compiles, later ones could be replayed) with the same results.
     ro = Rollout(gen, (rows,), seq_len, device="cuda:1")
-    on_cpu = ro.map(lambda x: x.cpu(), fields=(*STEP_FIELDS, *FLAG_FIELDS, *ACTION_FIELDS, *ROW_FIELDS, "actions"))
+    on_cpu = ro.map(lambda x: x.cpu(), fields=ALL_FIELDS)
     want = oracle(estimator, on_cpu)
     with torch.cuda.device(0):
         for _ in range(3):

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import ACTION_FIELDS, FLAG_FIELDS, ROW_FIELDS, STEP_FIELDS, Rollout
+from conftest import ALL_FIELDS, Rollout
 from rl_triton import reference
-
-FIELDS = (*STEP_FIELDS, *FLAG_FIELDS, *ACTION_FIELDS, *ROW_FIELDS, "actions")
 
 
 @pytest.mark.parametrize("max_elements, sizes", [(8 * 50, [8, 8, 8, 8, 5]), (10, [1] * 37), (37 * 50, [37])])
@@ -16,7 +14,7 @@ def test_row_blocks_partition_the_rows_in_order(gen, max_elements, sizes):
     ro = Rollout(gen, (37,), 50, device="cpu")
     blocks = ro.row_blocks(max_elements)
     assert [block.batch for block in blocks] == [(size,) for size in sizes]
-    for name in FIELDS:
+    for name in ALL_FIELDS:
         joined = torch.cat([getattr(block, name) for block in blocks])
         assert torch.equal(joined, getattr(ro, name)), name
 
