@@ -526,14 +526,23 @@ def make_rollout(gen: torch.Generator):
 CACHED_GPU_BYTES_KEPT = 2 << 30
 
 
+def release_cached_gpu_memory() -> None:
+    """Where more than ``CACHED_GPU_BYTES_KEPT`` stays reserved in PyTorch's caching allocator on any GPU, give the
+    cached blocks back (``torch.cuda.empty_cache`` frees those of every GPU)."""
+    if not torch.cuda.is_initialized():
+        return
+    # GPUs by index: without one, memory_reserved looks up torch.cuda.device, which a test may have replaced
+    # (tests/test_edges.py), and the fixture below runs before that test's monkeypatch is undone
+    if any(torch.cuda.memory_reserved(index) > CACHED_GPU_BYTES_KEPT for index in range(torch.cuda.device_count())):
+        torch.cuda.empty_cache()
+
+
 @pytest.fixture(autouse=True)
 def _release_cached_gpu_memory():
-    """After a test that left more than ``CACHED_GPU_BYTES_KEPT`` reserved in PyTorch's caching allocator, that
-    memory goes back to the GPU: pytest-xdist's workers share one GPU, and a worker that keeps a large case's
-    blocks cached runs the others out of memory."""
+    """After each test, release_cached_gpu_memory: pytest-xdist's workers share one GPU, and a worker that keeps a
+    large case's blocks cached runs the others out of memory."""
     yield
-    if torch.cuda.is_initialized() and torch.cuda.memory_reserved() > CACHED_GPU_BYTES_KEPT:
-        torch.cuda.empty_cache()
+    release_cached_gpu_memory()
 
 
 @pytest.fixture(autouse=True)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
-from conftest import ALL_FIELDS, Rollout
+from conftest import ALL_FIELDS, CACHED_GPU_BYTES_KEPT, Rollout, release_cached_gpu_memory
 from rl_triton import reference
 
 
@@ -35,3 +37,27 @@ def test_reference_on_row_blocks_equals_the_whole_call(gen):
         blocks = [call(block) for block in ro.row_blocks(8 * 50)]
         for want, parts in zip(whole, zip(*blocks, strict=True), strict=True):
             assert torch.equal(torch.cat(parts), want)
+
+
+@pytest.mark.parametrize("reserved, emptied", [((0, CACHED_GPU_BYTES_KEPT + 1), True),
+                                               ((CACHED_GPU_BYTES_KEPT, 1 << 20), False)])
+def test_cached_memory_release_reads_every_gpu_past_a_replaced_cuda_device(monkeypatch, reserved, emptied):
+    # the autouse fixture runs after each test, before that test's own monkeypatch is undone; a test that replaces
+    # torch.cuda.device by a function (tests/test_edges.py) made torch.cuda.memory_reserved() raise TypeError there.
+    # Two GPUs and an initialised CUDA are simulated: reserved bytes per GPU, and whether the cache is emptied
+    @contextlib.contextmanager
+    def device(index):
+        yield
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(reserved))
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats",
+                        lambda index: {"reserved_bytes": {"all": {"current": reserved[index]}}}, raising=False)
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    with pytest.raises(TypeError):
+        torch.cuda.memory_reserved()  # the current GPU by default: the lookup that failed
+    release_cached_gpu_memory()
+    assert calls == (["empty_cache"] if emptied else [])
