@@ -359,6 +359,18 @@ def test_half_precision(backend, dtype, make_rollout):
     assert_rel(out32, oracle(ro), TOLERANCE[torch.float32])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("last_dtype", [torch.float32, torch.float64], ids=["last-f32", "last-f64"])
+def test_wider_last_value_over_half_values_keeps_its_precision(backend, dtype, last_dtype, make_rollout):
+    # a float32 or float64 last_value with bf16 or float16 values is not rounded to the values' type
+    # (kernels/gae.py: next_state_value); float16 holds 1000.3 as 1000.5, bf16 10.01 as 10.0
+    ro = make_rollout(3, 65, dtype=dtype)
+    ro.terminateds[:, -1] = 0
+    ro.last_value = torch.tensor([10.01, -3.3337, 1000.3], dtype=last_dtype, device=ro.values.device)
+    out = compute_gae(**gae_kwargs(ro, truncated=False, boot="last_value"), out_dtype=torch.float32)
+    assert_rel(out, oracle(ro, truncated=False, boot="last_value"), TOLERANCE[torch.float32])
+
+
 def test_half_tolerance_catches_one_wrong_element(make_rollout):
     """A bf16 output of 80x96 steps is within HALF_TOLERANCE of the oracle as a whole even with one
     element off by 1 or one row's last value left out; assert_rel also bounds every element."""

@@ -61,6 +61,20 @@ def oracle(ro, **kwargs):
     return reference.compute_vtrace(**vtrace_kwargs(ro.oracle_inputs(), **kwargs))
 
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("truncated", [False, True], ids=["notrunc", "trunc"])
+def test_float32_last_value_over_half_values_keeps_its_precision(backend, dtype, truncated, make_rollout):
+    # a float32 last_value with bf16 or float16 values is not rounded to the values' type (kernels/gae.py:
+    # next_state_value, which V-trace shares); float16 holds 1000.3 as 1000.5, bf16 10.01 as 10.0
+    ro = make_rollout(3, 65, dtype=dtype)
+    ro.terminateds[:, -1] = 0
+    ro.truncateds[:, -1] = 0
+    ro.last_value = torch.tensor([10.01, -3.3337, 1000.3], device=ro.values.device)
+    kwargs = vtrace_kwargs(ro, truncated=truncated, boot="last_value")
+    assert_outputs_rel(compute_vtrace(**kwargs, out_dtype=torch.float32),
+                       oracle(ro, truncated=truncated, boot="last_value"), TOLERANCE[torch.float32])
+
 VARIANTS = [
     pytest.param({"truncated": True, "boot": "bootstrap"}, id="trunc-bootstrap"),
     pytest.param({"truncated": True, "boot": None}, id="trunc-nobootstrap"),

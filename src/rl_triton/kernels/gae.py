@@ -41,8 +41,11 @@ def next_state_value(
     """
     # Without truncations, last_value is what the step past the row's end reads: the masked load's other
     # value, instead of a comparison and a select for every step of the tile (4 instructions a step). With
-    # them it is added after the truncation factor, which does not apply to it.
-    LAST_AS_OTHER: tl.constexpr = BOOTSTRAP == 1 and not HAS_TRUNCATED
+    # them it is added after the truncation factor, which does not apply to it. The load converts its other
+    # value to the values' type, so half-precision values take it only from last values of their own type;
+    # other last values (float32 with bf16 values, say) would be rounded, so they are added with the select.
+    LAST_AS_OTHER: tl.constexpr = BOOTSTRAP == 1 and not HAS_TRUNCATED and (
+        DTYPE == values_ptr.dtype.element_ty or bootstrap_ptr.dtype.element_ty == values_ptr.dtype.element_ty)
     if LAST_AS_OTHER:
         past_end = per_step(last_value, VEC)
     else:
