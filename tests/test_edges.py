@@ -341,10 +341,6 @@ def test_ranges_are_checked_while_compiling():
     with pytest.raises(Exception) as raised:
         torch.compile(advantages, backend="aot_eager", fullgraph=True)(np.float64(0.9), 0.8)
     assert "gamma: expected a float, got ndarray" in _error_chain(raised.value)
-    # without fullgraph the graph breaks where the number is read, and the call runs
-    for gamma in (torch.tensor(0.9), np.float64(0.9)):
-        torch._dynamo.reset()
-        torch.testing.assert_close(torch.compile(advantages, backend="aot_eager")(gamma, 0.8), advantages(0.9, 0.8))
 
 
 def _error_chain(error: BaseException | None) -> str:
