@@ -369,6 +369,11 @@ def test_wider_last_value_over_half_values_keeps_its_precision(backend, dtype, l
     ro.last_value = torch.tensor([10.01, -3.3337, 1000.3], dtype=last_dtype, device=ro.values.device)
     out = compute_gae(**gae_kwargs(ro, truncated=False, boot="last_value"), out_dtype=torch.float32)
     assert_rel(out, oracle(ro, truncated=False, boot="last_value"), TOLERANCE[torch.float32])
+    # the same numbers as bootstrap values of that type, with truncations
+    ro.bootstrap_values = torch.zeros(ro.values.shape, dtype=last_dtype, device=ro.values.device)
+    ro.bootstrap_values[:, -1] = ro.last_value
+    out = compute_gae(**gae_kwargs(ro), out_dtype=torch.float32)
+    assert_rel(out, oracle(ro), TOLERANCE[torch.float32])
 
 
 def test_half_tolerance_catches_one_wrong_element(make_rollout):
