@@ -19,6 +19,8 @@ from rl_triton.__main__ import main
     ("4096x128", [(4096, 128)]),
     ("1x2**24, 8X2**21", [(1, 2**24), (8, 2**21)]),
     ("2**0x1", [(1, 1)]),
+    ("4096 x 128", [(4096, 128)]),
+    ("1x2**62", [(1, 2**62)]),
 ])
 def test_shapes_are_read(text, shapes):
     assert _bench.parse_shapes(text) == shapes
@@ -28,6 +30,9 @@ def test_shapes_are_read(text, shapes):
     ("-1x10", "at least 1"), ("4x0", "at least 1"), ("0x10", "at least 1"), ("4x2**-1", "expected rows x steps"),
     ("4096x", "expected rows x steps"), ("ax3", "expected rows x steps"), ("4096", "expected rows x steps"),
     ("4x4x4", "expected rows x steps"), ("4x8,", "expected rows x steps"), ("", "expected rows x steps"),
+    # malformed powers, and sizes past int64, named before any power is computed
+    ("2**x8", "expected rows x steps"), ("-2**2x4", "expected rows x steps"), ("2**100x2", "up to 2\\*\\*62"),
+    ("1x2**1000000", "up to 2\\*\\*62"), ("1x10**100000000", "up to 2\\*\\*62"), ("1x2**63", "up to 2\\*\\*62"),
 ])
 def test_shapes_that_cannot_run_are_named(text, message):
     with pytest.raises(argparse.ArgumentTypeError, match=message):
@@ -61,6 +66,25 @@ def test_unknown_estimators_and_an_output_folder_that_is_a_file_stop_before_the_
     assert "benchmark on" not in captured.out
 
 
+def test_an_output_folder_that_cannot_take_the_results_stops_before_the_run(capsys, tmp_path, monkeypatch):
+    (tmp_path / "results.json").mkdir()
+    assert main(["bench", "--estimators", "gae", "--shapes", "2x8", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"--out {tmp_path}: {tmp_path / 'results.json'} is a folder" in captured.err
+    assert "benchmark on" not in captured.out
+
+    # a folder that exists but cannot be written (a read-only file system, or no permission)
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_bench.tempfile, "NamedTemporaryFile", refuse)
+    writable = tmp_path / "writable"
+    assert main(["bench", "--estimators", "gae", "--shapes", "2x8", "--out", str(writable)]) == 2
+    captured = capsys.readouterr()
+    assert f"--out {writable}: cannot write there (Permission denied)" in captured.err
+    assert "benchmark on" not in captured.out
+
+
 @pytest.fixture
 def on_cpu(monkeypatch):
     """The benchmark's CPU run, on any machine."""
@@ -73,6 +97,7 @@ def test_a_cpu_run_writes_its_rows_without_gpu_figures(on_cpu, tmp_path, capsys)
                  "--out", str(out)]) == 0
     written = json.loads((out / "results.json").read_text())
     assert written["meta"]["copy_ceiling_gbps"] is None
+    assert written["meta"]["seed"] == 0
     assert written["meta"]["timing"]["full_call_us"].startswith("wall clock")
     rows = written["results"]
     assert [(row["estimator"], row["shape"], row["passed"]) for row in rows] == [

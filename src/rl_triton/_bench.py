@@ -27,6 +27,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -76,6 +77,8 @@ CPU_ORACLE_MAX_ROWS = 64
 
 # the Python-loop baseline launches ~6 kernels per step: only worth timing on short rows
 CLEANRL_MAX_SEQ_LEN = 1024
+# its graphs hold ~6 kernels per step and call: two calls each
+CLEANRL_GRAPH_CALLS = 2
 # input sets rotated between calls so that the L2 cache does not serve the inputs of the next call
 MIN_INPUT_SETS = 3
 MAX_INPUT_SETS = 32
@@ -220,7 +223,8 @@ def baseline_implementations(device: torch.device) -> dict[str, list[tuple[Imple
     return {
         "gae": [
             (
-                Implementation("cleanrl-loop", lambda inputs: cleanrl_gae(**inputs), max_graph_calls=2),
+                Implementation("cleanrl-loop", lambda inputs: cleanrl_gae(**inputs),
+                               max_graph_calls=CLEANRL_GRAPH_CALLS),
                 lambda seq_len: seq_len <= CLEANRL_MAX_SEQ_LEN,
             ),
             (
@@ -778,24 +782,38 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
         try:
             if not separator:
                 raise ValueError
-            shape = (_power(rows), _power(steps))
+            shape = (_power(rows.strip()), _power(steps.strip()))
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"invalid shape {item.strip()!r}: expected rows x steps, e.g. 4096x128 or 1x2**24") from None
+                f"invalid shape {item.strip()!r}: expected rows x steps, each a positive integer or power up to "
+                "2**62, e.g. 4096x128 or 1x2**24") from None
         if min(shape) < 1:
             raise argparse.ArgumentTypeError(f"invalid shape {item.strip()!r}: rows and steps must be at least 1")
         shapes.append(shape)
     return shapes
 
 
+# a size beyond this is no tensor's (torch sizes are int64); checked before any power is computed
+_MAX_SIZE = 2**62
+
+
 def _power(text: str) -> int:
-    """'4096' or '2**21' (a non-negative exponent); ValueError otherwise."""
-    base, _, exponent = text.partition("**")
-    if not exponent:
+    """'4096' or '2**21': decimal digits, or decimal digits to a power of decimal digits, at most 2**62;
+    ValueError otherwise."""
+    base, separator, exponent = text.partition("**")
+    if not separator and base.startswith("-") and base[1:].isdecimal():
+        # a negative size: named as such by the caller
         return int(base)
-    if int(exponent) < 0:
+    if not base.isdecimal() or (separator and not exponent.isdecimal()) or len(base) > 19:
         raise ValueError(text)
-    return int(base) ** int(exponent)
+    size, power = int(base), int(exponent) if separator else 1
+    # size**power <= 2**62 without computing a huge power first
+    if size > 1 and power * math.log2(size) > math.log2(_MAX_SIZE):
+        raise ValueError(text)
+    size **= power
+    if size > _MAX_SIZE:
+        raise ValueError(text)
+    return size
 
 
 def _output_folder(text: str) -> Path:
@@ -829,8 +847,26 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--estimators", help=f"comma-separated subset of: {', '.join(ESTIMATORS)}")
     parser.add_argument("--flag-dtype", choices=tuple(FLAG_DTYPES), default="float32", help="dtype of flag inputs")
     parser.add_argument("--no-baselines", action="store_true", help="skip the CleanRL loop, doubling scans, torch.add")
-    parser.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default: %(default)s)")
+    parser.add_argument("--seed", type=_seed, default=0,
+                        help="seed of the random inputs; a row's inputs follow from it and the row's place among the "
+                             "selected shapes and estimators (default: %(default)s)")
     return parser
+
+
+RESULT_FILES = ("results.json", "results.csv", "roofline.png")
+
+
+def _unwritable_output(out_dir: Path) -> str | None:
+    """Why the results cannot be written into the folder ``out_dir`` (a file probed, then removed), or None."""
+    for name in RESULT_FILES:
+        if (out_dir / name).is_dir():
+            return f"{out_dir / name} is a folder"
+    try:
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-probe-"):
+            pass
+    except OSError as error:
+        return f"cannot write there ({error.strerror or error})"
+    return None
 
 
 def _failed_row(estimator: str, implementation: str, shape: tuple[int, int], error: Exception) -> Row:
@@ -864,6 +900,10 @@ def run_bench(arguments: argparse.Namespace) -> int:
         arguments.out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         print(f"--out {arguments.out}: cannot make that folder ({error.strerror or error})", file=sys.stderr)
+        return 2
+    unwritable = _unwritable_output(arguments.out)
+    if unwritable:
+        print(f"--out {arguments.out}: {unwritable}", file=sys.stderr)
         return 2
 
     print(f"rl-triton {library_version()} benchmark on {describe_device(device)} (path: {execution_path(device)})")
@@ -927,11 +967,14 @@ def run_bench(arguments: argparse.Namespace) -> int:
         "l2_cache_bytes": l2_bytes,
         "flag_dtype": arguments.flag_dtype,
         "quick": arguments.quick,
+        "seed": arguments.seed,
         "timing": {
             "full_call_us": ("CUDA events around one synchronised Python call, median" if on_gpu
                              else "wall clock around one Python call, median"),
             "pipelined_us": "wall time of back-to-back calls without synchronising, divided by their count",
-            "device_us": f"CUDA graph replay of at least {MIN_GRAPH_CALLS} calls on the input sets in turn, the stream held while the host queues it; per call, median",
+            "device_us": f"CUDA graph replay of at least {MIN_GRAPH_CALLS} calls (the Python-loop baseline: "
+                         f"{CLEANRL_GRAPH_CALLS}) on the input sets in turn, the stream held while the host queues "
+                         "it; per call, median",
             "min_bytes": "each input tensor read once + each output written once",
         },
     }
