@@ -411,3 +411,42 @@ def test_fused_gradients_compile_fullgraph(backend, gen) -> None:
     torch.testing.assert_close(traced, eager, rtol=1e-5, atol=1e-5)
     for got, want in zip(grads_traced, grads_eager, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+
+# estimators linear in their inputs whose decays are made of flags: (call, whether the seed is per step)
+_LINEAR_CALLS = {
+    "gae": (lambda x, dones, seed: rl_triton.compute_gae(x, x.detach(), dones, None, 0.99, 0.95, last_value=seed),
+            False),
+    "lambda_returns": (lambda x, dones, seed: rl_triton.compute_lambda_returns(
+        x, x.detach(), dones, None, 0.99, 0.95, bootstrap_values=seed), True),
+    "discounted_returns": (lambda x, dones, seed: rl_triton.compute_discounted_returns(x, dones, None, 0.99, seed),
+                           True),
+    "eligibility_traces": (lambda x, dones, seed: rl_triton.compute_eligibility_traces(x, dones, 0.99, 0.9, seed),
+                           False),
+    "prefix_sum": (lambda x, dones, seed: rl_triton.compute_episodic_prefix_sum(x, dones, seed), False),
+}
+
+
+@pytest.mark.parametrize("estimator", list(_LINEAR_CALLS))
+def test_outputs_changed_in_place_and_inference_seeds(backend, gen, estimator: str) -> None:
+    """Recurrences whose decays need no gradient keep neither their output nor their carry for the backward:
+    the output may be changed in place (a normalisation, say) and a seed or bootstrap values made under
+    torch.inference_mode passed, on every backend, as with any linear PyTorch op; the gradients are those of
+    the same loss computed out of place (the mean's own term vanishes: the centred outputs sum to zero)."""
+    call, per_step = _LINEAR_CALLS[estimator]
+    inputs = torch.randn(3, 17, generator=gen, dtype=torch.float64).to(DEVICE).requires_grad_(True)
+    dones = (torch.rand(3, 17, generator=gen) < 0.2).to(DEVICE)
+    seed = torch.randn(*((3, 17) if per_step else (3,)), generator=gen, dtype=torch.float64).to(DEVICE)
+    out = call(inputs, dones, seed)
+    (expected,) = torch.autograd.grad((out - out.mean()).pow(2).sum(), inputs)
+    assert expected.abs().sum() > 0
+    out = call(inputs, dones, seed)
+    out.sub_(out.mean())
+    (in_place,) = torch.autograd.grad(out.pow(2).sum(), inputs)
+    torch.testing.assert_close(in_place, expected)
+    with torch.inference_mode():
+        inference_seed = seed.clone()
+    out = call(inputs, dones, inference_seed)
+    (from_inference_seed,) = torch.autograd.grad((out - out.mean()).pow(2).sum(), inputs)
+    torch.testing.assert_close(from_inference_seed, expected)

@@ -57,20 +57,27 @@ class LinearRecurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor, backward: bool) -> torch.Tensor:
         x = solve(a, b, carry, backward)
-        ctx.save_for_backward(b, carry, x)
+        # the output and the carry enter only the decays' gradient: saved only where the decays need one (they
+        # are made of flags in most estimators), so that a caller may change the output in place, and pass a
+        # carry made under inference mode, as with any linear PyTorch op
+        decay_gradient = ctx.needs_input_grad[1]
+        ctx.save_for_backward(b, carry if decay_gradient else None, x if decay_gradient else None)
         ctx.backward_direction = backward
         return x
 
     @staticmethod
     def backward(ctx: Any, grad_x: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         b, carry, x = ctx.saved_tensors
+        grad_b = None
         if ctx.backward_direction:
             adjoint = _adjoint(grad_x, shift_previous(b), backward=False)
-            grad_b = adjoint * shift_next(x, carry)
+            if x is not None:
+                grad_b = adjoint * shift_next(x, carry)
             grad_carry = adjoint[:, -1] * b[:, -1]
         else:
             adjoint = _adjoint(grad_x, shift_next(b), backward=True)
-            grad_b = adjoint * _shift_previous_from(x, carry)
+            if x is not None:
+                grad_b = adjoint * _shift_previous_from(x, carry)
             grad_carry = adjoint[:, 0] * b[:, 0]
         return adjoint, grad_b, grad_carry, None
 
