@@ -191,14 +191,11 @@ def test_one_wave_tiles_take_the_first_rule_that_fits():
 def test_fast_memories_take_their_own_rules():
     # GPUs of more than 30 GB/s of peak memory bandwidth per multiprocessor take fast_memory where a config has it
     for config in (_launch.VTRACE_STRIDED_TIME_MAJOR, _launch.LAMBDA_STRIDED_TIME_MAJOR,
-                   _launch.GAE_TRUNCATED_STRIDED_TIME_MAJOR):
+                   _launch.GAE_STRIDED_TIME_MAJOR, _launch.GAE_TRUNCATED_STRIDED_TIME_MAJOR):
         assert config.fast_memory is not None
         assert config.for_memory(25.0) is config.for_memory(30.0) is config
         assert config.for_memory(30.1) is config.for_memory(37.0) is config.fast_memory
-    # GAE's rules without truncations hold on either memory; the other estimators' were not measured apart
-    for config in (_launch.STRIDED_TIME_MAJOR, _launch.GAE_STRIDED_TIME_MAJOR):
-        assert config.fast_memory is None
-        assert config.for_memory(37.0) is config
+    assert _launch.STRIDED_TIME_MAJOR.for_memory(37.0) is _launch.STRIDED_TIME_MAJOR
     assert _launch._dram_gbps_per_multiprocessor(torch.device("cpu")) == 0.0
 
 
@@ -271,8 +268,8 @@ def test_time_major_bf16_tiles_on_fast_memory(monkeypatch, fresh_plans):
     lambda-returns stored [T, N] recur directly without in-range masks from 3072 rows: 32 x 128 x 8 pairs up to
     4224 rows (one program per multiprocessor), 32 x 64 x 4 pairs to 16383 rows, and from 16384 rows 64 x 64 x 4
     of four rows per thread where the rows and steps fill whole tiles (else the plans of slower memories); the
-    other estimators keep their plans, GAE those of slower memories but 64 x 64 x 4 tiles with truncations
-    (test_time_major_bf16_gae_tiles_by_memory)."""
+    other estimators keep their plans, GAE those it had before slower memories took their own
+    (test_time_major_bf16_gae_tiles_on_slow_memory)."""
 
     def plans(dram_gbps_per_multiprocessor, rows, seq_len=4096):
         return bf16_time_major_plans(monkeypatch, rows, seq_len, dram_gbps_per_multiprocessor)
@@ -285,8 +282,10 @@ def test_time_major_bf16_tiles_on_fast_memory(monkeypatch, fresh_plans):
         slow, fast = plans(25.0, rows, seq_len), plans(37.0, rows, seq_len)
         assert fast["vtrace"] == fast["lambda"] == expected, (rows, seq_len)
         changed = {name for name in fast if fast[name] != slow[name]}
-        # with truncations from 13312 rows, GAE's 64 x 64 x 4 tiles of slower memories
-        assert changed <= {"vtrace", "lambda"} | ({"gae+trunc"} if rows >= 13312 else set()), (rows, seq_len)
+        # GAE's own plans of slower memories begin above 8448 rows
+        assert changed <= {"vtrace", "lambda"} | ({"gae", "gae+trunc"} if rows > 8448 else set()), (rows, seq_len)
+        if 4224 < rows < 16384:
+            assert fast["gae"][:4] == fast["gae+trunc"][:4] == (32, 128, 8, 2), (rows, seq_len)
     # rows ragged in whole tiles' steps or rows: masks, so the plans of slower memories
     for rows, seq_len in ((16384, 264), (16384, 4104), (16400, 512)):
         assert plans(37.0, rows, seq_len) == plans(25.0, rows, seq_len), (rows, seq_len)
@@ -324,12 +323,12 @@ def test_time_major_bf16_tiles_on_slow_memory(monkeypatch, fresh_plans):
     assert found["vtrace"] == fours
 
 
-def test_time_major_bf16_gae_tiles_by_memory(monkeypatch, fresh_plans):
-    """On an H100 (25 GB/s of peak memory bandwidth per multiprocessor) and an H200 (36.5) alike, bf16 GAE stored
-    [T, N] takes 32 x 64 x 4 pairs, direct and whole, above the rows that 32 x 128 x 8 pairs cover with two programs
-    per multiprocessor (8448 on 132) to 16383 rows; with truncations to 13311 rows, and from 13312, on the H100
-    only, 64 x 64 x 4 of four rows per thread the same way where the rows and steps fill whole tiles (the H200
-    keeps 32 x 128 x 8 pairs there). Fewer rows keep 32 x 128 x 8 pairs."""
+def test_time_major_bf16_gae_tiles_on_slow_memory(monkeypatch, fresh_plans):
+    """On GPUs of at most 30 GB/s of peak memory bandwidth per multiprocessor (an H100), bf16 GAE stored [T, N]
+    takes 32 x 64 x 4 pairs, direct and whole, above the rows that 32 x 128 x 8 pairs cover with two programs per
+    multiprocessor (8448 on 132) to 16383 rows; with truncations to 13311 rows, and from 13312 64 x 64 x 4 of four
+    rows per thread the same way where the rows and steps fill whole tiles. Fewer rows, and any on faster memory,
+    keep 32 x 128 x 8 pairs."""
 
     def plans(rows, seq_len=2048, dram_gbps_per_multiprocessor=25.0):
         found = bf16_time_major_plans(monkeypatch, rows, seq_len, dram_gbps_per_multiprocessor)
@@ -342,7 +341,7 @@ def test_time_major_bf16_gae_tiles_by_memory(monkeypatch, fresh_plans):
             (13280, 512, narrow_pairs, narrow_pairs), (13312, 2048, narrow_pairs, fours),
             (16320, 512, narrow_pairs, fours)):
         assert plans(rows, seq_len) == (gae, truncated), (rows, seq_len)
-        assert plans(rows, seq_len, 37.0) == (gae, short if truncated == fours else truncated), (rows, seq_len)
+        assert plans(rows, seq_len, 37.0) == (short, short), (rows, seq_len)
     # ragged steps: the same tiles, masked at launch; from 13312 rows with truncations the plans of before
     assert plans(10240, 520) == ((32, 64, 4, 2, True, False), (32, 64, 4, 2, True, False))
     assert plans(14336, 520)[1] == (32, 128, 8, 2, True, False)

@@ -546,23 +546,16 @@ _GAE_STRIDED_TIME_MAJOR = dataclasses.replace(STRIDED_TIME_MAJOR, paired_narrow_
 #   leads (6144x2048 / 8192x512 76.7 / 75.9 -> 69.5 / 71.2).
 # So on GPUs of slower memory GAE takes 32 x 64 x 4 pairs, direct and whole, above the rows 32 x 128 x 8 pairs cover
 # in two programs per multiprocessor, to 16383 rows; with truncations to 13311, and 64 x 64 x 4 direct and whole from
-# 13312 to 16383 where the rows and steps fill whole tiles. GPUs of faster memory (the H200) take the same rules but
-# the 64 x 64 x 4 tiles. There, % of a 4273 GB/s copy ceiling, two turns (benchmarks/results/
-# h200-2026-12-07-run74-gae-fast-memory-ab.txt, the plans of before -> these rules with the 64 x 64 x 4 tiles):
-# GAE 10240x2048 / 12288x2048 / 14336x2048 69.5-69.6 / 71.9-72.8 / 79.6-79.8 -> 73.1-73.2 / 80.0-80.2 / 85.1-85.3,
-# with truncations 10240x2048 / 12288x2048 61.2 / 70.0 -> 75.2-75.3 / 85.5-85.8 but 14336x2048 75.9-76.0 -> 72.6-73.2
-# in 64 x 64 x 4, so from 13312 rows with truncations the H200 keeps 32 x 128 x 8 pairs; 6144x2048, 8192x512 and
-# 16384x512, whose plans are the same, within 1 point.
+# 13312 to 16383 where the rows and steps fill whole tiles. The H200 keeps its plans (not measured there).
 # Against the plans of before on an H100 (benchmarks/results/h100-2026-12-07-run68-gae-slow-memory-ab.txt, one turn):
 # GAE 9216x1024 / 10240x2048 / 12288x2048 / 14336x2048 67.2 / 72.4 / 82.3 / 88.1 -> 77.8 / 86.1 / 92.0 / 92.0, with
 # truncations 65.7 / 71.1 / 76.6 / 78.3 -> 81.0 / 88.4 / 89.9 / 85.4; within 1 at 8192, 8448 and 16384 rows.
 GAE_STRIDED_TIME_MAJOR = _with_direct_narrow_tiles(
-    _GAE_STRIDED_TIME_MAJOR, _TIME_MAJOR_MANY_ROWS, None, narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE)
+    _GAE_STRIDED_TIME_MAJOR, _TIME_MAJOR_MANY_ROWS, None, narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE,
+    fast_memory=_GAE_STRIDED_TIME_MAJOR)
 GAE_TRUNCATED_STRIDED_TIME_MAJOR = _with_direct_narrow_tiles(
     _GAE_TRUNCATED_STRIDED_TIME_MAJOR, 13312, (13312, _TIME_MAJOR_MANY_ROWS),
-    narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE,
-    fast_memory=_with_direct_narrow_tiles(_GAE_TRUNCATED_STRIDED_TIME_MAJOR, 13312, None,
-                                          narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE))
+    narrow_two_wave_pairs_tile=_PAIRED_NARROW_TILE, fast_memory=_GAE_TRUNCATED_STRIDED_TIME_MAJOR)
 # V-trace of 2-byte steps at 3072-4095 rows in 32 x 128 x 8 pairs on an H100, % of the copy ceiling, 2 input sets
 # (benchmarks/results/h100-2026-12-06-run57-pairs-above-one-wave.txt), 3072x4096: 16-row tiles 60.3, pairs with maps
 # 68.7, direct and whole 72.1; but its plan at 4096x4096 (pairs with maps) reads 88.9 against 82.7 direct.
