@@ -804,7 +804,7 @@ def _power(text: str) -> int:
     if not separator and base.startswith("-") and base[1:].isdecimal():
         # a negative size: named as such by the caller
         return int(base)
-    if not base.isdecimal() or (separator and not exponent.isdecimal()) or len(base) > 19:
+    if not base.isdecimal() or (separator and not exponent.isdecimal()):
         raise ValueError(text)
     size, power = int(base), int(exponent) if separator else 1
     # size**power <= 2**62 without computing a huge power first
