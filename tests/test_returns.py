@@ -243,6 +243,21 @@ def test_golden_eligibility_traces(backend, device, dtype):
         torch.testing.assert_close(out.cpu().double(), expected, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["lambda", "discounted"])
+@pytest.mark.parametrize("stray", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_interior_bootstrap_values_unused_without_truncateds(backend, name, stray, make_rollout):
+    """With truncateds=None only the last bootstrap column is read: a non-finite value elsewhere changes nothing."""
+    ro = make_rollout(3, 65, dtype=torch.float64)
+    clean = ro.bootstrap_values.clone()
+    clean[:, :-1] = 0
+    expected = call(name, ro.map(lambda _: clean, fields=("bootstrap_values",)), truncated=False)
+    stray_values = clean.clone()
+    stray_values[:, [0, 7, 63]] = stray
+    got = call(name, ro.map(lambda _: stray_values, fields=("bootstrap_values",)), truncated=False)
+    assert torch.isfinite(expected).all()
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
 def test_lambda_zero_is_one_step_td(backend, make_rollout):
     ro = make_rollout(3, 65, dtype=torch.float64)
     out = call("lambda", ro, gamma=0.9, lambda_=0.0)

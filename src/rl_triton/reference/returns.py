@@ -14,6 +14,16 @@ from rl_triton.reference._loop import (
 )
 
 
+def _truncation_bootstrap(
+    bootstrap: torch.Tensor | None, truncateds: torch.Tensor | None, truncated: torch.Tensor, gamma: float
+) -> torch.Tensor | None:
+    """gamma * truncated[t] * bootstrap_values[t], or None without truncation flags: the interior bootstrap values
+    are then unused, so a NaN or inf there must not reach the result through 0 * NaN."""
+    if bootstrap is None or truncateds is None:
+        return None
+    return gamma * truncated * bootstrap
+
+
 def _return_carry(bootstrap: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """G[T]: the last bootstrap column, or zero (also for rows of no steps)."""
     if bootstrap is None or not bootstrap.shape[1]:
@@ -40,8 +50,9 @@ def compute_lambda_returns(
     bootstrap = None if bootstrap_values is None else bootstrap_values.to(dtype)
 
     inputs = rewards + gamma * (1.0 - lambda_) * not_done * next_values
-    if bootstrap is not None:
-        inputs = inputs + gamma * truncated * bootstrap
+    truncation_bootstrap = _truncation_bootstrap(bootstrap, truncateds, truncated, gamma)
+    if truncation_bootstrap is not None:
+        inputs = inputs + truncation_bootstrap
     decays = gamma * lambda_ * not_done
     return backward_recurrence(inputs, decays, _return_carry(bootstrap, rewards))
 
@@ -61,7 +72,8 @@ def compute_discounted_returns(
     not_done = 1.0 - torch.maximum(terminated, truncated)
     bootstrap = None if bootstrap_values is None else bootstrap_values.to(dtype)
 
-    inputs = rewards if bootstrap is None else rewards + gamma * truncated * bootstrap
+    truncation_bootstrap = _truncation_bootstrap(bootstrap, truncateds, truncated, gamma)
+    inputs = rewards if truncation_bootstrap is None else rewards + truncation_bootstrap
     return backward_recurrence(inputs, gamma * not_done, _return_carry(bootstrap, rewards))
 
 
