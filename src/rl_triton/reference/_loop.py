@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -28,6 +28,23 @@ def flag(tensor: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def clipped_ratio(
+    ratio: Callable[[torch.Tensor | None], torch.Tensor], bar: float, *inputs: torch.Tensor
+) -> torch.Tensor:
+    """``min(ratio(None), bar)``, the importance weight clipped at ``bar``.
+
+    ``ratio(safe)`` computes the ratio from ``inputs``; given ``safe`` (True where the ratio is clipped) it must stay
+    finite there. Where inputs need gradients, clipped steps take ``bar`` through a select and their ratio is computed
+    from finite stand-ins: a clamp there would pass back 0 * d(ratio), which is NaN where the ratio overflows (a
+    log-ratio above 88.7 in float32, a behaviour probability of 1e-30) though the clipped value is finite.
+    """
+    if not _needs_grad(*inputs):
+        return torch.clamp(ratio(None), max=bar)
+    with torch.no_grad():
+        clipped = ratio(None) > bar  # NaN ratios are not clipped: NaN stays NaN, as through the clamp
+    return torch.where(clipped, bar, ratio(clipped))
 
 
 def backward_recurrence(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:

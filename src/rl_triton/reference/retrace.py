@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton.reference._loop import backward_recurrence, compute_dtype, flag, row_zeros, shift_next
+from rl_triton.reference._loop import backward_recurrence, clipped_ratio, compute_dtype, flag, row_zeros, shift_next
 
 
 def taken_action_probs(action_probs_target: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -43,11 +43,16 @@ def compute_retrace(
     expected_next_q = (probs_target * next_q_values_all.to(dtype)).sum(dim=-1)
     deltas = rewards + gamma * expected_next_q * (1.0 - terminated) - q_values
 
-    ratios = taken_action_probs(probs_target, actions) / action_probs_behavior.to(dtype)
-    traces = lambda_ * torch.clamp(ratios, max=c_bar)
+    taken_probs = taken_action_probs(probs_target, actions)
+    behavior_probs = action_probs_behavior.to(dtype)
+
+    def ratios(clipped: torch.Tensor | None) -> torch.Tensor:
+        return taken_probs / (behavior_probs if clipped is None else behavior_probs.masked_fill(clipped, 1.0))
+
+    traces = lambda_ * clipped_ratio(ratios, c_bar, action_probs_target, action_probs_behavior)
     decays = gamma * shift_next(traces) * (1.0 - done)
     targets = backward_recurrence(deltas, decays, row_zeros(rewards)) + q_values
 
-    rho = torch.clamp(ratios, max=rho_bar)
+    rho = clipped_ratio(ratios, rho_bar, action_probs_target, action_probs_behavior)
     advantages = rho * (rewards + gamma * shift_next(targets) * (1.0 - terminated) - q_values)
     return targets, advantages

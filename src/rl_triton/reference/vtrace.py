@@ -6,6 +6,7 @@ import torch
 
 from rl_triton.reference._loop import (
     backward_recurrence,
+    clipped_ratio,
     compute_dtype,
     flag,
     next_state_values,
@@ -36,9 +37,13 @@ def compute_vtrace(
     bootstrap = None if bootstrap_values is None else bootstrap_values.to(dtype)
     last = None if last_value is None else last_value.to(dtype)
 
-    ratios = torch.exp(log_pi_target.to(dtype) - log_pi_behavior.to(dtype))
-    rho = torch.clamp(ratios, max=rho_bar)
-    c = torch.clamp(ratios, max=c_bar)
+    log_ratios = log_pi_target.to(dtype) - log_pi_behavior.to(dtype)
+
+    def ratios(clipped: torch.Tensor | None) -> torch.Tensor:
+        return torch.exp(log_ratios if clipped is None else log_ratios.masked_fill(clipped, 0.0))
+
+    rho = clipped_ratio(ratios, rho_bar, log_pi_target, log_pi_behavior)
+    c = clipped_ratio(ratios, c_bar, log_pi_target, log_pi_behavior)
 
     next_values = next_state_values(values, truncated, bootstrap, last)
     deltas = rho * (rewards + gamma * next_values * (1.0 - terminated) - values)
