@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -518,3 +521,58 @@ def test_per_action_tensors_with_their_action_dimension_elsewhere_are_named(time
     wanted = re.escape(f"expected shape {(*arguments[5].shape, 'num_actions')}")
     with pytest.raises(_checks.InputError, match=f"action_probs_target: {wanted}.*plus a last action dimension"):
         _call("retrace", arguments, **keywords)
+
+
+_WITHOUT_TRITON = """
+import sys
+sys.modules["triton"] = None  # as where Triton is not installed (the package asks for it on Linux only)
+import torch
+import rl_triton
+from rl_triton import reference
+
+g = torch.Generator().manual_seed(0)
+r, v, lt, lb = (torch.randn(3, 9, generator=g, dtype=torch.float64) for _ in range(4))
+term = torch.rand(3, 9, generator=g) < 0.2
+trunc = (torch.rand(3, 9, generator=g) < 0.2) & ~term
+probs, next_q = torch.softmax(torch.randn(3, 9, 4, generator=g, dtype=torch.float64), -1), torch.randn(3, 9, 4, generator=g)
+actions = torch.randint(0, 4, (3, 9), generator=g)
+behavior = 0.2 + 0.8 * torch.rand(3, 9, generator=g, dtype=torch.float64)
+cases = [
+    ("compute_gae", (r, v, term, trunc, 0.9, 0.8, v)),
+    ("compute_vtrace", (lt, lb, v, r, term, trunc, 0.9, 1.0, 1.0, v)),
+    ("compute_retrace", (probs, behavior, v, next_q.double(), actions, r, term, trunc, 0.9)),
+    ("compute_lambda_returns", (r, v, term, trunc, 0.9, 0.8, v)),
+    ("compute_discounted_returns", (r, term, trunc, 0.9, v)),
+    ("compute_eligibility_traces", (r, term, 0.9, 0.8)),
+    ("compute_episodic_prefix_sum", (r, term)),
+]
+for name, args in cases:
+    got = getattr(rl_triton, name)(*args)
+    want = getattr(reference, name)(*args)
+    for out, expected in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+x = lt.clone().requires_grad_(True)
+rl_triton.compute_vtrace(x, lb, v, r, term, trunc, 0.9, bootstrap_values=v)[1].sum().backward()
+assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+print("triton" in sys.modules and sys.modules["triton"] is None, "rl_triton._launch" in sys.modules)
+"""
+
+
+def test_cpu_calls_need_no_triton() -> None:
+    """Without Triton (as on macOS or Windows, where the package does not ask for it), CPU calls run the
+    reference loops, gradients included; with TRITON_INTERPRET=1 a call says that it needs Triton."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_TRITON], capture_output=True, text=True, check=False,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["True", "False"]
+
+    call_interpreted = ('import sys; sys.modules["triton"] = None\nimport torch, rl_triton\n'
+                        "rl_triton.compute_discounted_returns(torch.ones(2, 3), torch.zeros(2, 3))")
+    interpreted = subprocess.run(
+        [sys.executable, "-c", call_interpreted],
+        capture_output=True, text=True, check=False, env={**env, "TRITON_INTERPRET": "1"}, timeout=300)
+    assert interpreted.returncode != 0
+    assert "ImportError: rl-triton runs CUDA tensors" in interpreted.stderr
+    assert "Triton is not installed" in interpreted.stderr
