@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from rl_triton import _dispatch, reference
+from rl_triton import reference
 from rl_triton._checks import without_negative_views
 from rl_triton._dispatch import use_triton
 
@@ -39,7 +39,9 @@ def _kernels():
     statement on every call costs about a microsecond."""
     global _launch_module
     if _launch_module is None:
-        _launch_module = _dispatch.kernels_module()
+        from rl_triton import _launch
+
+        _launch_module = _launch
     return _launch_module
 
 
