@@ -30,21 +30,26 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def clipped_ratio(
-    ratio: Callable[[torch.Tensor | None], torch.Tensor], bar: float, *inputs: torch.Tensor
-) -> torch.Tensor:
-    """``min(ratio(None), bar)``, the importance weight clipped at ``bar``.
+def clipped_ratios(
+    ratio: Callable[[torch.Tensor | None], torch.Tensor], bars: tuple[float, ...], *inputs: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """``min(ratio(None), bar)`` for each of ``bars``: the importance weight clipped at each.
 
-    ``ratio(safe)`` computes the ratio from ``inputs``; given ``safe`` (True where the ratio is clipped) it must stay
-    finite there. Where inputs need gradients, clipped steps take ``bar`` through a select and their ratio is computed
-    from finite stand-ins: a clamp there would pass back 0 * d(ratio), which is NaN where the ratio overflows (a
-    log-ratio above 88.7 in float32, a behaviour probability of 1e-30) though the clipped value is finite.
+    ``ratio(clipped)`` computes the ratio from ``inputs``; given ``clipped`` (True where the ratio exceeds a bar) it
+    must stay finite there. Where inputs need gradients, clipped steps take the bar through a select and their ratio
+    is computed from finite stand-ins: a clamp there would pass back 0 * d(ratio), which is NaN where the ratio
+    overflows (a log-ratio above 88.7 in float32, a behaviour probability of 1e-30) though the clipped value is finite.
     """
     if not _needs_grad(*inputs):
-        return torch.clamp(ratio(None), max=bar)
+        ratios = ratio(None)
+        return tuple(torch.clamp(ratios, max=bar) for bar in bars)
     with torch.no_grad():
-        clipped = ratio(None) > bar  # NaN ratios are not clipped: NaN stays NaN, as through the clamp
-    return torch.where(clipped, bar, ratio(clipped))
+        ratios = ratio(None)
+    weights = []
+    for bar in bars:
+        clipped = ratios > bar  # NaN ratios are not clipped: NaN stays NaN, as through the clamp
+        weights.append(torch.where(clipped, bar, ratio(clipped)))
+    return tuple(weights)
 
 
 def backward_recurrence(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:

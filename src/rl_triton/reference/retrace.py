@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_triton.reference._loop import backward_recurrence, clipped_ratio, compute_dtype, flag, row_zeros, shift_next
+from rl_triton.reference._loop import backward_recurrence, clipped_ratios, compute_dtype, flag, row_zeros, shift_next
 
 
 def taken_action_probs(action_probs_target: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -49,10 +49,10 @@ def compute_retrace(
     def ratios(clipped: torch.Tensor | None) -> torch.Tensor:
         return taken_probs / (behavior_probs if clipped is None else behavior_probs.masked_fill(clipped, 1.0))
 
-    traces = lambda_ * clipped_ratio(ratios, c_bar, action_probs_target, action_probs_behavior)
+    truncation_weights, rho = clipped_ratios(ratios, (c_bar, rho_bar), action_probs_target, action_probs_behavior)
+    traces = lambda_ * truncation_weights
     decays = gamma * shift_next(traces) * (1.0 - done)
     targets = backward_recurrence(deltas, decays, row_zeros(rewards)) + q_values
 
-    rho = clipped_ratio(ratios, rho_bar, action_probs_target, action_probs_behavior)
     advantages = rho * (rewards + gamma * shift_next(targets) * (1.0 - terminated) - q_values)
     return targets, advantages

@@ -6,7 +6,7 @@ import torch
 
 from rl_triton.reference._loop import (
     backward_recurrence,
-    clipped_ratio,
+    clipped_ratios,
     compute_dtype,
     flag,
     next_state_values,
@@ -42,8 +42,7 @@ def compute_vtrace(
     def ratios(clipped: torch.Tensor | None) -> torch.Tensor:
         return torch.exp(log_ratios if clipped is None else log_ratios.masked_fill(clipped, 0.0))
 
-    rho = clipped_ratio(ratios, rho_bar, log_pi_target, log_pi_behavior)
-    c = clipped_ratio(ratios, c_bar, log_pi_target, log_pi_behavior)
+    rho, c = clipped_ratios(ratios, (rho_bar, c_bar), log_pi_target, log_pi_behavior)
 
     next_values = next_state_values(values, truncated, bootstrap, last)
     deltas = rho * (rewards + gamma * next_values * (1.0 - terminated) - values)
