@@ -465,13 +465,9 @@ _TIME_MAJOR_COMPOSED_CALLS = {
 
 
 @pytest.mark.parametrize("estimator", list(_TIME_MAJOR_COMPOSED_CALLS))
-def test_time_major_composed_gradients_compile_fullgraph(request, backend, gen, estimator: str) -> None:
+def test_time_major_composed_gradients_compile_fullgraph(backend, gen, estimator: str) -> None:
     """The recurrence op returns its solution in its inputs' layout on every backend, as its fake kernel does:
     torch.compile checks the strides it traced, and [T, N] inputs make time-major [rows, T] views."""
-    if backend == "triton":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="known defect: the Triton engine returns a contiguous solution; the fix is "
-                                "benchmarks/results/cpu-2026-12-07-run75-dispatch-fixes.diff, to land after a CUDA run"))
     torch._dynamo.reset()
     call = _TIME_MAJOR_COMPOSED_CALLS[estimator]
     x = torch.randn(16, 4, generator=gen).to(DEVICE).requires_grad_(True)

@@ -558,8 +558,6 @@ print("triton" in sys.modules and sys.modules["triton"] is None, "rl_triton._lau
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: every call imports the launcher, which imports Triton; the fix "
-                   "is benchmarks/results/cpu-2026-12-07-run75-dispatch-fixes.diff, to land after a CUDA run")
 def test_cpu_calls_need_no_triton() -> None:
     """Without Triton (as on macOS or Windows, where the package does not ask for it), CPU calls run the
     reference loops, gradients included; with TRITON_INTERPRET=1 a call says that it needs Triton."""

@@ -41,10 +41,10 @@ def solve(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward
     if torch.compiler.is_compiling():
         return torch.ops.rl_triton.linear_recurrence(a, b, carry, backward)
     if use_triton(a.device):
-        from rl_triton import _launch
-
-        out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
-        _launch.linear_recurrence(out, *without_negative_views((a, b, carry)), backward)
+        # in a's layout, as the loops below and the op's fake kernel (_library.py) allocate it: torch.compile checks
+        # the strides it traced against these (time-major [rows, T] views of [T, N] inputs stay time-major)
+        out = torch.empty_like(a)
+        _library._kernels().linear_recurrence(out, *without_negative_views((a, b, carry)), backward)
         return out
     carry = torch.zeros_like(a[:, 0]) if carry is None else carry
     return backward_loop(a, b, carry) if backward else forward_loop(a, b, carry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib.util
 import sys
 from collections.abc import Iterator
 
@@ -46,6 +47,35 @@ def _kernels_interpreted() -> bool:
     first call), from TRITON_INTERPRET; true while they are not imported yet."""
     scan = sys.modules.get("rl_triton.kernels.scan")
     return scan is None or bool(scan._INTERPRETED)
+
+
+_triton_installed: bool | None = None
+
+
+def triton_installed() -> bool:
+    """Whether Triton can be imported: the package asks for it on Linux only, and CPU tensors need none."""
+    global _triton_installed
+    if _triton_installed is None:
+        try:
+            _triton_installed = importlib.util.find_spec("triton") is not None
+        except ValueError:  # imported, without a spec
+            _triton_installed = sys.modules.get("triton") is not None
+    return _triton_installed
+
+
+def kernels_module():
+    """``rl_triton._launch``, the kernels' launcher, which imports Triton; a clear error where Triton is missing."""
+    try:
+        from rl_triton import _launch
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != "triton":
+            raise
+        raise ImportError(
+            "rl-triton runs CUDA tensors (and CPU tensors under TRITON_INTERPRET=1) through its Triton kernels, and "
+            "Triton is not installed (on Linux: pip install triton). Without Triton, pass CPU tensors, or call inside "
+            "rl_triton._dispatch.use_backend('reference') to run the plain PyTorch loops on these tensors"
+        ) from error
+    return _launch
 
 
 def use_triton(device: torch.device) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from rl_triton import reference
+from rl_triton import _dispatch, reference
 from rl_triton._checks import without_negative_views
 from rl_triton._dispatch import use_triton
 
@@ -39,9 +39,7 @@ def _kernels():
     statement on every call costs about a microsecond."""
     global _launch_module
     if _launch_module is None:
-        from rl_triton import _launch
-
-        _launch_module = _launch
+        _launch_module = _dispatch.kernels_module()
     return _launch_module
 
 

@@ -68,10 +68,21 @@ def _kernels():
     """``rl_triton._launch``, imported on first use (it imports Triton) and kept."""
     global _launch_module
     if _launch_module is None:
-        from rl_triton import _launch
-
-        _launch_module = _launch
+        _launch_module = _dispatch.kernels_module()
     return _launch_module
+
+
+class _WithoutTriton:
+    """Where Triton is not installed only the reference loops run, and no call has kernels to repeat."""
+
+    @staticmethod
+    def full_launch_path_only() -> bool:
+        return True
+
+
+def _launcher_or_stand_in():
+    """``rl_triton._launch`` where Triton is installed (imported and kept), else ``_WithoutTriton``."""
+    return _kernels() if _dispatch.triton_installed() else _WithoutTriton
 
 
 def active_recording() -> _Recording | None:
@@ -168,7 +179,7 @@ def _full_path_only() -> bool:
     return (_dispatch._forced_backend.get() is not None or _full_path_flags()
             # a forward-mode AD level or a torch.func transform (``_checks.untransformed``)
             or _forward_ad._current_level >= 0 or _transform_stack() is not None
-            or (_launch_module or _kernels()).full_launch_path_only())
+            or (_launch_module or _launcher_or_stand_in()).full_launch_path_only())
 
 
 @dataclasses.dataclass(frozen=True)
