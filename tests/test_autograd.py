@@ -486,6 +486,40 @@ def test_time_major_composed_gradients_compile_fullgraph(backend, gen, estimator
     assert grad_eager.abs().sum() > 0
 
 
+_FUSED_CALLS = {
+    "gae": lambda x, flags, other, time_dim: rl_triton.compute_gae(x, other, flags, gamma=0.99, lambda_=0.95,
+                                                                   time_dim=time_dim),
+    "lambda_returns": lambda x, flags, other, time_dim: rl_triton.compute_lambda_returns(
+        x, other, flags, gamma=0.99, lambda_=0.95, time_dim=time_dim),
+    "discounted_returns": lambda x, flags, other, time_dim: rl_triton.compute_discounted_returns(
+        x, flags, gamma=0.99, time_dim=time_dim),
+}
+
+
+@pytest.mark.parametrize("time_dim", [0, 1])
+@pytest.mark.parametrize("estimator", list(_FUSED_CALLS))
+def test_fused_gradients_compile_fullgraph_whatever_the_incoming_layout(backend, gen, estimator: str,
+                                                                        time_dim: int) -> None:
+    """GAE's and the returns' adjoint ops give their gradients in the output's layout on every backend, as their
+    fake kernels declare, also where the incoming gradient is laid out the other way (a loss weighted by a
+    transposed buffer): torch.compile checks the strides it traced."""
+    torch._dynamo.reset()
+    call = _FUSED_CALLS[estimator]
+    x = torch.randn(6, 10, generator=gen).to(DEVICE).requires_grad_(True)
+    other = torch.randn(6, 10, generator=gen).to(DEVICE)
+    flags = (torch.rand(6, 10, generator=gen) < 0.15).to(DEVICE)
+    # outputs are dense in the call's layout: the weights, and so the incoming gradient, are transposed views
+    weights = torch.randn(10, 6, generator=gen).to(DEVICE).t()
+
+    def loss(x):
+        return (call(x, flags, other, time_dim) * weights).sum()
+
+    (grad_eager,) = torch.autograd.grad(loss(x), x)
+    (grad_traced,) = torch.autograd.grad(torch.compile(loss, fullgraph=True)(x), x)
+    torch.testing.assert_close(grad_traced, grad_eager, rtol=1e-5, atol=1e-5)
+    assert grad_eager.abs().sum() > 0
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_clipped_ratios_past_overflow_have_finite_gradients(backend, gen, dtype) -> None:
     """A clipped importance weight passes back no gradient, also where the ratio itself overflows (a log-ratio

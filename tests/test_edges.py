@@ -197,13 +197,25 @@ def test_empty_problems_keep_the_graph(backend, estimator, shape):
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("shape", [(ROWS, 0), (0, STEPS)], ids=["no-steps", "no-rows"])
-def test_the_reference_twins_take_empty_problems(estimator, shape):
+def test_the_reference_twins_take_empty_problems(backend, estimator, shape):
     """``rl_triton.reference``'s loops give empty outputs of the inputs' shape and compute dtype where there are
-    no steps or no rows, as the estimators do."""
-    function, _, fixed = CALLS[estimator]
+    no steps or no rows, as the estimators do, and zero gradients (their recurrences then run as the
+    differentiable op on either engine)."""
+    function, names, fixed = CALLS[estimator]
     twin = getattr(reference, inspect.unwrap(function).__name__)
-    results = outputs(twin(*_arguments(estimator, _inputs(4, torch.float64, shape=shape)), **fixed))
+    arguments = _arguments(estimator, _inputs(4, torch.float64, shape=shape))
+    results = outputs(twin(*arguments, **fixed))
     assert [(out.shape, out.dtype) for out in results] == [(shape, torch.float64)] * len(results)
+    leaves = []
+    for index, name in enumerate(names):
+        if name in DIFFERENTIABLE and name != "behavior":
+            arguments[index] = arguments[index].clone().requires_grad_(True)
+            leaves.append(arguments[index])
+    results = outputs(twin(*arguments, **fixed))
+    # a twin's composition may leave an input out of an empty problem's graph (GAE's last value without steps)
+    gradients = torch.autograd.grad(sum(out.sum() for out in results), leaves, materialize_grads=True)
+    for leaf, gradient in zip(leaves, gradients, strict=True):
+        assert gradient.shape == leaf.shape and not gradient.any()
 
 
 @pytest.mark.parametrize("estimator", ["gae", "vtrace", "lambda_returns", "discounted_returns"])

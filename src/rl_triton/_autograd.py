@@ -40,6 +40,8 @@ def solve(a: torch.Tensor, b: torch.Tensor, carry: torch.Tensor | None, backward
     """The recurrence's solution, without autograd (the registered op while torch.compile traces)."""
     if torch.compiler.is_compiling():
         return torch.ops.rl_triton.linear_recurrence(a, b, carry, backward)
+    if a.numel() == 0:  # no steps or no rows (the reference twins' compositions): nothing to launch or loop over
+        return torch.empty_like(a)
     if use_triton(a.device):
         # in a's layout, as the loops below and the op's fake kernel (_library.py) allocate it: torch.compile checks
         # the strides it traced against these (time-major [rows, T] views of [T, N] inputs stay time-major)
@@ -69,6 +71,9 @@ class LinearRecurrence(torch.autograd.Function):
     def backward(ctx: Any, grad_x: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         b, carry, x = ctx.saved_tensors
         grad_b = None
+        if grad_x.shape[1] == 0:  # no steps: the carry reaches no output
+            grad_b = torch.zeros_like(b) if ctx.needs_input_grad[1] else None
+            return grad_x, grad_b, grad_x.new_zeros(grad_x.shape[:1]), None
         if ctx.backward_direction:
             adjoint = _adjoint(grad_x, shift_previous(b), backward=False)
             if x is not None:
@@ -100,6 +105,20 @@ def _step_gradient(like: torch.Tensor, dtype: torch.dtype | None, time_major: bo
     return like.new_empty(0) if dtype is None else _library._empty(like, dtype, time_major)
 
 
+def _in_output_layout(gradients: tuple[torch.Tensor, ...], like: torch.Tensor,
+                      time_major: bool) -> tuple[torch.Tensor, ...]:
+    """The loops' per-step gradients, which follow the incoming gradient's layout, in the output's layout that
+    the ops' fake kernels declare (torch.compile checks the strides it traced); placeholders as they are."""
+    laid_out = []
+    for gradient in gradients:
+        if gradient.dim() == 2:
+            buffer = _step_gradient(like, gradient.dtype, time_major)
+            if buffer.stride() != gradient.stride():
+                gradient = buffer.copy_(gradient)
+        laid_out.append(gradient)
+    return tuple(laid_out)
+
+
 def _or_none(gradient: torch.Tensor, needed: bool) -> torch.Tensor | None:
     return gradient if needed else None
 
@@ -115,8 +134,9 @@ def _gae_backward(
     A gradient whose dtype is None is not computed and comes back as an empty placeholder.
     """
     if not use_triton(grad_advantages.device):
-        return _gae_backward_loop(grad_advantages, terminateds, truncateds, gamma, lambda_, rewards_dtype,
-                                  values_dtype, bootstrap_values_dtype, last_value_dtype, scan_dtype)
+        grads = _gae_backward_loop(grad_advantages, terminateds, truncateds, gamma, lambda_, rewards_dtype,
+                                   values_dtype, bootstrap_values_dtype, last_value_dtype, scan_dtype)
+        return (*_in_output_layout(grads[:3], grad_advantages, time_major), grads[3])
     # an incoming gradient may be a view with the negation bit, like any input
     (grad_advantages,) = without_negative_views((grad_advantages,))
     grad_rewards = _step_gradient(grad_advantages, rewards_dtype, time_major)
@@ -139,8 +159,9 @@ def _returns_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dL/drewards, dL/dnext_values, dL/dbootstrap_values) by the return recurrence's adjoint kernel."""
     if not use_triton(grad_returns.device):
-        return _returns_backward_loop(grad_returns, terminateds, truncateds, gamma, lambda_, rewards_dtype,
-                                      next_values_dtype, bootstrap_values_dtype, scan_dtype)
+        return _in_output_layout(_returns_backward_loop(grad_returns, terminateds, truncateds, gamma, lambda_,
+                                                        rewards_dtype, next_values_dtype, bootstrap_values_dtype,
+                                                        scan_dtype), grad_returns, time_major)
     (grad_returns,) = without_negative_views((grad_returns,))
     grad_rewards = _step_gradient(grad_returns, rewards_dtype, time_major)
     grad_next_values = _step_gradient(grad_returns, next_values_dtype, time_major)
